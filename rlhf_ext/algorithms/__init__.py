@@ -1,0 +1,65 @@
+"""Framework-free RL algorithms, selectable by name.
+
+Registries (verl ``core_algos.py`` style)::
+
+    from rlhf_ext.algorithms import get_advantage, register_advantage
+
+    adv = get_advantage("grpo")(scores)          # scores: [num_prompts, samples_per_prompt]
+
+    @register_advantage("my_estimator")
+    def my_estimator(scores, **options): ...
+
+Third-party packages register through the entry point group ``rlhf_ext.algorithms``.
+See docs/algorithms.md for each formula, its paper and the OpenRLHF flag that selects it.
+"""
+
+from .registry import (
+    ENTRY_POINT_GROUP,
+    UnknownNameError,
+    available_advantages,
+    available_kl_estimators,
+    available_policy_losses,
+    get_advantage,
+    get_kl_estimator,
+    get_policy_loss,
+    register_advantage,
+    register_kl_estimator,
+    register_policy_loss,
+)
+from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rloo, whiten
+from .policy_losses import gspo, ppo
+from .aggregation import LOSS_AGG_MODES, aggregate_loss
+from .kl import k1, k2, k3, kl_estimate
+from .dapo import overlong_penalty, zero_variance_groups
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "UnknownNameError",
+    "available_advantages",
+    "available_kl_estimators",
+    "available_policy_losses",
+    "get_advantage",
+    "get_kl_estimator",
+    "get_policy_loss",
+    "register_advantage",
+    "register_kl_estimator",
+    "register_policy_loss",
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "passk",
+    "maxrl",
+    "whiten",
+    "ppo",
+    "gspo",
+    "LOSS_AGG_MODES",
+    "aggregate_loss",
+    "k1",
+    "k2",
+    "k3",
+    "kl_estimate",
+    "zero_variance_groups",
+    "overlong_penalty",
+]

@@ -1,0 +1,187 @@
+"""Outcome-level advantage estimators: one function per estimator, formula in the docstring.
+
+Each takes ``scores`` of shape ``[P, N]`` -- P prompts, N sampled responses each, in the
+row-major order OpenRLHF lays rollouts out (``rewards.reshape(-1, n_samples_per_prompt)``) --
+and returns advantages of the same shape. Token-level work (spreading the outcome over the
+response, batch whitening for the REINFORCE++ family) belongs to the caller; see :func:`whiten`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .checks import check_binary, check_scores, check_token_inputs
+from .registry import register_advantage
+
+DEFAULT_EPS = 1e-6
+
+
+def _group_mean(scores: torch.Tensor) -> torch.Tensor:
+    return scores.mean(dim=1, keepdim=True)
+
+
+@register_advantage("grpo")
+def grpo(scores, *, eps: float = DEFAULT_EPS, std_scope: str = "group") -> torch.Tensor:
+    """GRPO (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
+
+    ``A_i = (r_i - mean_g) / (std + eps)`` with the unbiased (Bessel-corrected) standard
+    deviation, as verl and OpenRLHF compute it. ``std_scope`` selects the std:
+
+    * ``"group"`` (default): the std of the prompt's own group;
+    * ``"batch"``: one std over every score in the batch (more stable when groups are small);
+    * ``"none"``: no division, which is Dr.GRPO's advantage (arXiv 2503.20783).
+
+    A group whose scores are all equal gets advantage 0 (its numerator is 0).
+    """
+    if std_scope not in ("group", "batch", "none"):
+        raise ValueError(f"grpo: std_scope must be 'group', 'batch' or 'none', got {std_scope!r}")
+    if not eps >= 0:
+        raise ValueError(f"grpo: eps must be >= 0, got {eps!r}")
+    scores = check_scores(scores, min_group_size=2, estimator="grpo")
+    centered = scores - _group_mean(scores)
+    if std_scope == "none":
+        return centered
+    if std_scope == "group":
+        std = scores.std(dim=1, unbiased=True, keepdim=True)
+    else:
+        std = scores.std(unbiased=True) if scores.numel() > 1 else scores.new_zeros(())
+    if eps == 0:
+        # Without eps a zero-variance group would divide 0 by 0; its advantage is 0 by definition.
+        return torch.where(std > 0, centered / torch.where(std > 0, std, 1.0), 0.0)
+    return centered / (std + eps)
+
+
+@register_advantage("dr_grpo")
+def dr_grpo(scores) -> torch.Tensor:
+    """Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv 2503.20783).
+
+    ``A_i = r_i - mean_g``: GRPO without the std division, which biases learning toward
+    questions that are too easy or too hard. The other half of Dr.GRPO is the constant loss
+    normaliser: aggregate the loss with ``seq-mean-token-sum-norm`` (see :mod:`.aggregation`).
+    """
+    scores = check_scores(scores, min_group_size=2, estimator="dr_grpo")
+    return scores - _group_mean(scores)
+
+
+@register_advantage("rloo")
+def rloo(scores) -> torch.Tensor:
+    """RLOO (Ahmadian et al. 2024, "Back to Basics", arXiv 2402.14740; Kool et al. 2019).
+
+    ``A_i = r_i - (sum_g - r_i) / (N - 1)``: the baseline of each sample is the mean of the
+    other N - 1 samples of its prompt, which equals ``N / (N - 1) * (r_i - mean_g)``.
+    """
+    scores = check_scores(scores, min_group_size=2, estimator="rloo")
+    n = scores.shape[1]
+    return scores - (scores.sum(dim=1, keepdim=True) - scores) / (n - 1)
+
+
+@register_advantage("reinforce_pp")
+def reinforce_pp(scores) -> torch.Tensor:
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262).
+
+    ``A_i = r_i``: the outcome reward itself. The baseline of REINFORCE++ is the token-level
+    whitening over the whole batch (:func:`whiten`), applied after the KL penalty is added
+    per token and returns are accumulated. Works with one sample per prompt.
+    """
+    return check_scores(scores, min_group_size=1, estimator="reinforce_pp").clone()
+
+
+@register_advantage("reinforce_pp_baseline")
+def reinforce_pp_baseline(scores) -> torch.Tensor:
+    """REINFORCE++-baseline (Hu 2025, arXiv 2501.03262, v3+).
+
+    ``A_i = r_i - mean_g``, followed by token-level batch whitening (:func:`whiten`). The group
+    mean removes the prompt's difficulty; the batch std (not the group std) keeps the scale
+    stable without GRPO's per-prompt reweighting.
+    """
+    scores = check_scores(scores, min_group_size=2, estimator="reinforce_pp_baseline")
+    return scores - _group_mean(scores)
+
+
+def _comb_ratio(top: torch.Tensor, bottom: int, k: int) -> torch.Tensor:
+    """``C(top, k) / C(bottom, k)`` elementwise for integer-valued ``top``, exactly 0 when top < k.
+
+    Computed as ``prod_{i<k} (top - i) / (bottom - i)`` in float64, which never forms the huge
+    binomials themselves (C(64, 32) overflows float32's mantissa).
+    """
+    ratio = torch.ones_like(top, dtype=torch.float64)
+    for i in range(k):
+        ratio = ratio * (top - i).clamp(min=0) / (bottom - i)
+    return ratio
+
+
+@register_advantage("passk")
+def passk(scores, *, k: Optional[int] = None, eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """Analytic Pass@k advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing
+    Exploration and Exploitation", arXiv 2508.10751), binary rewards.
+
+    For a group of N samples with N_neg wrong ones:
+
+    * group reward ``R = 1 - C(N_neg, k) / C(N, k)`` (the unbiased pass@k of the group),
+      ``sigma = sqrt(R (1 - R))``;
+    * correct samples: ``A_pos = (1 - R) / (sigma + eps)``;
+    * wrong samples: ``A_neg = (1 - R - C(N_neg - 1, k - 1) / C(N - 1, k - 1)) / (sigma + eps)``.
+
+    Invariants: ``c A_pos + N_neg A_neg = 0`` per group; ``k = 1`` is GRPO with the population
+    std; groups with fewer than k wrong samples (all-correct included) and all-wrong groups get
+    advantage 0. ``k`` must satisfy ``1 <= k <= N``.
+    """
+    if k is None:
+        raise ValueError("passk: option k is required (e.g. k=4; with OpenRLHF: --algo.advantage.passk_k 4)")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"passk: k must be a positive integer, got {k!r}")
+    scores = check_scores(scores, min_group_size=2, estimator="passk")
+    check_binary(scores, "passk")
+    n = scores.shape[1]
+    if k > n:
+        raise ValueError(f"passk: k={k} is larger than the group size N={n} (samples per prompt)")
+    dtype = scores.dtype
+    s = scores.to(torch.float64)
+    n_neg = (s == 0).sum(dim=1, keepdim=True).to(torch.float64)
+    n_pos = n - n_neg
+    group_pass = 1.0 - _comb_ratio(n_neg, n, k)
+    sigma = torch.sqrt((group_pass * (1.0 - group_pass)).clamp(min=0.0))
+    a_pos = (1.0 - group_pass) / (sigma + eps)
+    a_neg = (1.0 - group_pass - _comb_ratio(n_neg - 1, n - 1, k - 1)) / (sigma + eps)
+    adv = torch.where(s == 1, a_pos, a_neg)
+    # All-wrong groups: the formula is 0/eps, exact only up to rounding; define it as exactly 0.
+    adv = torch.where(n_pos == 0, torch.zeros_like(adv), adv)
+    return adv.to(dtype)
+
+
+@register_advantage("maxrl")
+def maxrl(scores) -> torch.Tensor:
+    """MaxRL (Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning", arXiv 2602.02710),
+    binary rewards.
+
+    Maximum likelihood maximises ``log p`` (p = the prompt's success probability) rather than
+    ``p``; its gradient ``grad p / p`` is estimated on N samples with K successes by averaging
+    ``grad log pi`` over the successful samples only, i.e. ``(1/N) sum_i (r_i / mean_g) grad log
+    pi_i``. With the group mean as a control variate this gives ``A_i = (r_i - mean_g) / mean_g``,
+    and ``A_i = 0`` for groups with no success (the estimator is undefined there and the paper
+    drops them). Compared with GRPO, hard prompts (small ``mean_g``) get larger weight.
+    """
+    scores = check_scores(scores, min_group_size=2, estimator="maxrl")
+    check_binary(scores, "maxrl")
+    mean = _group_mean(scores)
+    safe = torch.where(mean > 0, mean, torch.ones_like(mean))
+    return torch.where(mean > 0, (scores - mean) / safe, torch.zeros_like(scores))
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, shift_mean: bool = True) -> torch.Tensor:
+    """Token-level batch whitening for the REINFORCE++ family (arXiv 2501.03262).
+
+    ``(v - mean) / sqrt(var + eps)`` with the mean and the (population) variance taken over every
+    token where ``mask`` is set, across the whole batch; positions outside the mask are 0. With
+    ``shift_mean=False`` only the scale is normalised. For data-parallel training the caller must
+    gather the statistics across ranks first (OpenRLHF does this itself).
+    """
+    maskb = check_token_inputs(mask, values=values)
+    m = maskb.to(values.dtype)
+    count = m.sum()
+    mean = (values * m).sum() / count
+    var = (((values - mean) ** 2) * m).sum() / count
+    out = (values - mean) if shift_mean else values
+    return out * torch.rsqrt(var + eps) * m

@@ -1,0 +1,71 @@
+"""Loss aggregation: how per-token losses ``[B, T]`` become one scalar (verl's mode names).
+
+The choice changes what the gradient means: per-sequence means weight short answers' tokens
+more than long answers' (the length bias Dr.GRPO removes), a global token mean weights every
+token equally (DAPO's token-level loss).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .checks import check_token_inputs
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def _positive(value, name: str) -> float:
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        value = float(value)
+    if not value > 0:
+        raise ValueError(f"aggregate_loss: {name} must be > 0, got {value!r}")
+    return value
+
+
+def aggregate_loss(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "token-mean",
+    *,
+    num_tokens: Optional[float] = None,
+    num_seqs: Optional[float] = None,
+    max_len: Optional[float] = None,
+) -> torch.Tensor:
+    """Reduce ``per_token_loss`` over the tokens in ``mask``.
+
+    Modes (B sequences, ``|y_i|`` response tokens of sequence i):
+
+    * ``token-mean``: ``sum(mask L) / num_tokens`` -- DAPO's token-level loss (arXiv 2503.14476);
+    * ``seq-mean-token-mean``: ``(1/num_seqs) sum_i (1/|y_i|) sum_t L_it`` -- original GRPO;
+    * ``seq-mean-token-sum``: ``(1/num_seqs) sum_i sum_t L_it``;
+    * ``seq-mean-token-sum-norm``: ``sum(mask L) / (max_len * num_seqs)`` -- Dr.GRPO's constant
+      normaliser (arXiv 2503.20783), with ``max_len`` the generation budget (max response length).
+
+    ``num_tokens``, ``num_seqs`` default to this batch's counts and ``max_len`` to ``T``. Pass the
+    *global* counts (over all gradient-accumulation micro-batches and data-parallel ranks) so the
+    micro-batch losses sum to the loss of the whole batch.
+    """
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
+    maskb = check_token_inputs(mask, per_token_loss=per_token_loss)
+    m = maskb.to(per_token_loss.dtype)
+    masked = per_token_loss * m
+    num_tokens = _positive(num_tokens, "num_tokens")
+    num_seqs = _positive(num_seqs, "num_seqs")
+    max_len = _positive(max_len, "max_len")
+    if num_seqs is None:
+        num_seqs = float(per_token_loss.shape[0])
+
+    if mode == "token-mean":
+        return masked.sum() / (num_tokens if num_tokens is not None else m.sum())
+    if mode == "seq-mean-token-mean":
+        return (masked.sum(dim=1) / m.sum(dim=1)).sum() / num_seqs
+    if mode == "seq-mean-token-sum":
+        return masked.sum() / num_seqs
+    if max_len is None:
+        max_len = float(per_token_loss.shape[1])
+    return masked.sum() / (max_len * num_seqs)

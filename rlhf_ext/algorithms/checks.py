@@ -1,0 +1,94 @@
+"""Input checks shared by the algorithms: bad input raises a ``ValueError`` naming the problem.
+
+A silent NaN in an advantage or a loss corrupts a whole training run without a trace, so every
+public function validates what it is given before computing.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+
+def as_float_tensor(x, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.as_tensor(x, dtype=torch.float32)
+        except Exception as exc:
+            raise ValueError(f"{name} must be a tensor or a nested list of numbers: {exc}") from exc
+    if x.is_complex():
+        raise ValueError(f"{name} must be real-valued, got dtype {x.dtype}")
+    if not x.is_floating_point():
+        x = x.to(torch.float32)
+    return x
+
+
+def check_finite(x: torch.Tensor, name: str, mask: Optional[torch.Tensor] = None) -> None:
+    """Raise if ``x`` (restricted to ``mask`` when given) holds NaN or Inf."""
+    bad = ~torch.isfinite(x)
+    if mask is not None:
+        bad = bad & mask.bool()
+    if bool(bad.any()):
+        n_nan = int((torch.isnan(x) & bad).sum())
+        n_inf = int(bad.sum()) - n_nan
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name} contains {n_nan} NaN and {n_inf} Inf value(s) (first at index {where})"
+        )
+
+
+def check_scores(scores, *, min_group_size: int = 1, estimator: str = "estimator") -> torch.Tensor:
+    """Validate outcome scores laid out ``[P prompts, N samples]`` and return them as floats."""
+    scores = as_float_tensor(scores, "scores")
+    if scores.dim() != 2:
+        raise ValueError(
+            f"{estimator}: scores must have shape [num_prompts, samples_per_prompt], "
+            f"got shape {tuple(scores.shape)}"
+        )
+    if scores.numel() == 0:
+        raise ValueError(f"{estimator}: scores is empty (shape {tuple(scores.shape)})")
+    check_finite(scores, f"{estimator}: scores")
+    if scores.shape[1] < min_group_size:
+        raise ValueError(
+            f"{estimator} is a group estimator and needs at least {min_group_size} samples per "
+            f"prompt, got groups of {scores.shape[1]} (set n_samples_per_prompt >= {min_group_size})"
+        )
+    return scores
+
+
+def check_binary(scores: torch.Tensor, estimator: str) -> None:
+    ok = (scores == 0) | (scores == 1)
+    if not bool(ok.all()):
+        bad = scores[~ok]
+        raise ValueError(
+            f"{estimator} needs binary (0/1) rewards; got {bad.numel()} other value(s), "
+            f"e.g. {bad[:5].tolist()} (use the correctness score, not a shaped reward)"
+        )
+
+
+def check_token_inputs(mask, **tensors) -> torch.Tensor:
+    """Check ``[B, T]`` tensors share ``mask``'s shape, are finite on it, and each row has a token."""
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"mask must be a tensor, got {type(mask).__name__}")
+    if mask.dim() != 2:
+        raise ValueError(f"mask must have shape [batch, tokens], got shape {tuple(mask.shape)}")
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a tensor, got {type(t).__name__}")
+        if t.shape != mask.shape:
+            raise ValueError(
+                f"shape mismatch: {name} has shape {tuple(t.shape)} but mask has {tuple(mask.shape)}"
+            )
+    maskb = mask.bool()
+    if mask.numel() == 0:
+        raise ValueError(f"empty batch: mask has shape {tuple(mask.shape)}")
+    empty_rows = (~maskb.any(dim=1)).nonzero().flatten()
+    if empty_rows.numel():
+        raise ValueError(
+            f"mask has {empty_rows.numel()} row(s) with no tokens (rows {empty_rows[:8].tolist()}); "
+            f"every sequence needs at least one response token"
+        )
+    for name, t in tensors.items():
+        check_finite(t.detach(), name, maskb)
+    return maskb

