@@ -179,9 +179,10 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, shift
     gather the statistics across ranks first (OpenRLHF does this itself).
     """
     maskb = check_token_inputs(mask, values=values)
-    m = maskb.to(values.dtype)
-    count = m.sum()
-    mean = (values * m).sum() / count
-    var = (((values - mean) ** 2) * m).sum() / count
+    # torch.where, not multiplication: padding may hold NaN/Inf and NaN * 0 is NaN.
+    zero = values.new_zeros(())
+    count = maskb.sum()
+    mean = torch.where(maskb, values, zero).sum() / count
+    var = torch.where(maskb, (values - mean) ** 2, zero).sum() / count
     out = (values - mean) if shift_mean else values
-    return out * torch.rsqrt(var + eps) * m
+    return torch.where(maskb, out * torch.rsqrt(var + eps), zero)

@@ -53,7 +53,8 @@ def aggregate_loss(
         raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
     maskb = check_token_inputs(mask, per_token_loss=per_token_loss)
     m = maskb.to(per_token_loss.dtype)
-    masked = per_token_loss * m
+    # torch.where, not multiplication: padding may hold NaN/Inf and NaN * 0 is NaN.
+    masked = torch.where(maskb, per_token_loss, per_token_loss.new_zeros(()))
     num_tokens = _positive(num_tokens, "num_tokens")
     num_seqs = _positive(num_seqs, "num_seqs")
     max_len = _positive(max_len, "max_len")

@@ -18,9 +18,13 @@ from .registry import register_policy_loss
 Metrics = Dict[str, torch.Tensor]
 
 
+def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Zero outside ``mask``; torch.where because padding may hold NaN/Inf and NaN * 0 is NaN."""
+    return torch.where(mask, x, x.new_zeros(()))
+
+
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.to(x.dtype)
-    return ((x * m).sum() / m.sum()).detach()
+    return (_masked(x, mask).sum() / mask.sum()).detach()
 
 
 def _check_clip(eps_low: float, eps_high: Optional[float], loss: str) -> float:
@@ -83,7 +87,7 @@ def ppo(
         metrics["dual_clip_frac"] = _masked_mean(dual_active.float(), maskb)
     metrics["ppo_kl"] = _masked_mean(-log_ratio, maskb)
     metrics["ratio_mean"] = _masked_mean(ratio, maskb)
-    return loss * maskb.to(loss.dtype), metrics
+    return _masked(loss, maskb), metrics
 
 
 @register_policy_loss("gspo")
@@ -113,10 +117,8 @@ def gspo(
     """
     eps_high = _check_clip(eps_low, eps_high, "gspo")
     maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
-    m = maskb.to(log_probs.dtype)
-
-    token_log_ratio = (log_probs - old_log_probs) * m
-    seq_log_ratio = token_log_ratio.sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True)
+    token_log_ratio = _masked(log_probs - old_log_probs, maskb)
+    seq_log_ratio = token_log_ratio.sum(dim=1, keepdim=True) / maskb.sum(dim=1, keepdim=True)
     if log_ratio_clip is not None:
         seq_log_ratio = seq_log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
     log_s = log_probs - log_probs.detach() + seq_log_ratio.detach()
@@ -132,4 +134,4 @@ def gspo(
         "seq_ratio_mean": torch.exp(seq_log_ratio.detach()).mean(),
         "ppo_kl": _masked_mean(-(log_probs - old_log_probs), maskb),
     }
-    return loss * m, metrics
+    return _masked(loss, maskb), metrics

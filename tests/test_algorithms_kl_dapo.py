@@ -1,0 +1,115 @@
+"""KL estimators with clipping, and DAPO's dynamic-sampling and overlong helpers."""
+
+import math
+
+import pytest
+import torch
+
+from rlhf_ext.algorithms import available_kl_estimators, get_kl_estimator, kl_estimate, overlong_penalty, zero_variance_groups
+
+T = torch.tensor
+
+
+def close(a, b, tol=1e-6):
+    return torch.allclose(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), atol=tol)
+
+
+LP = T([[0.0, -1.0, -2.0]])
+REF = T([[-0.5, -1.0, -1.0]])  # log ratios: 0.5, 0, -1
+
+
+def test_kl_estimators_hand_computed():
+    assert set(available_kl_estimators()) >= {"k1", "k2", "k3"}
+    assert close(get_kl_estimator("k1")(LP, REF), [[0.5, 0.0, -1.0]])
+    assert close(get_kl_estimator("k2")(LP, REF), [[0.125, 0.0, 0.5]])
+    k3 = [math.exp(-0.5) - 1 + 0.5, 0.0, math.exp(1.0) - 1 - 1.0]
+    assert close(get_kl_estimator("k3")(LP, REF), [k3])
+
+
+def test_k3_nonnegative_and_unbiased():
+    torch.manual_seed(0)
+    # pi = N(0,1) over a discrete grid vs ref shifted: E_pi[k1] = E_pi[k3] = KL(pi || ref) exactly
+    x = torch.linspace(-6, 6, 2001, dtype=torch.float64)
+    lp = torch.log_softmax(-0.5 * x**2, 0)
+    lref = torch.log_softmax(-0.5 * (x - 0.7) ** 2, 0)
+    p = lp.exp()
+    exact = (p * (lp - lref)).sum()
+    for name in ("k1", "k3"):
+        est = (p * get_kl_estimator(name)(lp, lref)).sum()
+        assert close(est, exact, tol=1e-9)
+    assert (get_kl_estimator("k3")(lp, lref) >= -1e-12).all()
+
+
+def test_kl_estimate_clipping_and_fraction():
+    lp = T([[0.0, 0.0, 0.0, 0.0]])
+    ref = T([[-30.0, -3.0, 0.0, 1.0]])  # lr = 30, 3, 0, -1
+    kl, m = kl_estimate(lp, ref, "k1", clip=(-0.5, 2.0), log_ratio_clip=20.0)
+    assert close(kl, [[2.0, 2.0, 0.0, -0.5]])
+    assert close(m["kl_clip_frac"], 3 / 4)
+    assert close(m["kl_log_ratio_clip_frac"], 1 / 4)
+    kl, m = kl_estimate(lp, ref, "k1", clip=None, log_ratio_clip=None)
+    assert close(kl, [[30.0, 3.0, 0.0, -1.0]]) and close(m["kl_clip_frac"], 0.0)
+    kl, _ = kl_estimate(lp, ref, "k1", clip="none")
+    assert close(kl, [[20.0, 3.0, 0.0, -1.0]])  # only the log-ratio clamp left
+
+
+def test_kl_estimate_default_matches_openrlhf_clamp():
+    lp = T([[0.0, 0.0]])
+    ref = T([[15.0, 0.5]])  # lr = -15 -> k3 = e^15 - 16 >> 10
+    kl, m = kl_estimate(lp, ref, "k3")
+    assert close(kl, [[10.0, math.exp(0.5) - 1 - 0.5]]) and close(m["kl_clip_frac"], 0.5)
+
+
+def test_kl_estimate_mask_restricts_fraction_and_checks():
+    lp = T([[0.0, 0.0]])
+    ref = T([[-5.0, float("nan")]])
+    kl, m = kl_estimate(lp, ref, "k1", clip=(-1, 1), mask=T([[1, 0]]))
+    assert close(m["kl_clip_frac"], 1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        kl_estimate(lp, ref, "k1")
+
+
+def test_kl_estimate_gradient_flows_through_unclipped_tokens_only():
+    lp = T([[0.0, 0.0]], requires_grad=True)
+    kl, _ = kl_estimate(lp, T([[-0.1, -5.0]]), "k2", clip=(-1.0, 1.0))
+    kl.sum().backward()
+    assert close(lp.grad, [[0.1, 0.0]])
+
+
+def test_kl_bad_input():
+    with pytest.raises(KeyError, match="unknown KL estimator 'k4'.*k1, k2, k3"):
+        kl_estimate(LP, REF, "k4")
+    with pytest.raises(ValueError, match="lo < hi"):
+        kl_estimate(LP, REF, "k1", clip=(1.0, -1.0))
+    with pytest.raises(ValueError, match="pair"):
+        kl_estimate(LP, REF, "k1", clip=(1.0,))
+    with pytest.raises(ValueError, match="shape mismatch"):
+        kl_estimate(LP, REF[:, :2], "k1")
+
+
+# ---- DAPO ---------------------------------------------------------------------------------
+
+def test_zero_variance_groups():
+    s = T([[1.0, 1, 1], [0.0, 0, 0], [0.0, 1, 0], [0.5, 0.5, 0.5]])
+    assert zero_variance_groups(s).tolist() == [True, True, False, True]
+    assert zero_variance_groups(T([[1.0], [0.0]])).tolist() == [True, True]
+    with pytest.raises(ValueError, match="NaN"):
+        zero_variance_groups(T([[float("nan"), 1.0]]))
+
+
+def test_overlong_penalty_piecewise():
+    # L_max 100, buffer 20: 0 up to 80, linear to -1 at 100, -1 beyond
+    p = overlong_penalty(T([0, 80, 81, 90, 100, 150]), max_len=100, buffer_len=20)
+    assert close(p, [0.0, 0.0, -0.05, -0.5, -1.0, -1.0])
+    assert close(overlong_penalty([90], 100, 20, factor=0.5), [-0.25])
+
+
+def test_overlong_penalty_bad_input():
+    with pytest.raises(ValueError, match="buffer_len"):
+        overlong_penalty([1], 100, 0)
+    with pytest.raises(ValueError, match="buffer_len"):
+        overlong_penalty([1], 100, 200)
+    with pytest.raises(ValueError, match="max_len"):
+        overlong_penalty([1], 0, 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        overlong_penalty([-1], 100, 10)
