@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Start one node of a Ray cluster on an Ascend NPU machine (run it on every node: head first).
+set -euo pipefail
+SCRIPT_NAME="$(basename "$0")"
+# shellcheck source=scripts/npu/_cluster_lib.sh
+source "$(dirname "$0")/_cluster_lib.sh"
+
+print_help() {
+  cat <<'EOF'
+Usage: start_ray_cluster.sh head   [options]
+       start_ray_cluster.sh worker --address HEAD_IP:PORT [options]
+
+Start a Ray node on an Ascend NPU machine so that OpenRLHF + rlhf_ext jobs can use its NPUs.
+What it does, in order:
+  1. sources CANN's set_env.sh (torch_npu and HCCL need it; checks ASCEND_HOME_PATH afterwards);
+  2. counts the NPUs (/dev/davinci0..N) unless --npus is given;
+  3. exports the network-interface variables for HCCL, gloo and TensorPipe (--ifname),
+     RLHF_EXT_DEVICE=npu and rlhf_ext's HCCL defaults (any variable you already set wins);
+  4. runs `ray start ... --resources='{"NPU": N}'`: Ray's own NPU detection needs CANN's Python
+     `acl` module and can undercount, so the count is always declared.
+Ray processes inherit this environment, so every job and actor on the node sees CANN and HCCL.
+
+Options:
+  --address HOST:PORT   head node's Ray address (worker only), e.g. 10.0.0.1:6379
+  --port PORT           head node's Ray port (head only, default 6379)
+  --npus N              NPUs to offer on this node (default: count of /dev/davinci[0-9]*)
+  --cann-env FILE       CANN set_env.sh (default: $ASCEND_SET_ENV or
+                        /usr/local/Ascend/ascend-toolkit/set_env.sh)
+  --ifname IF           network interface for HCCL/gloo/TensorPipe host traffic
+                        (sets HCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME)
+  --node-ip IP          this node's IP on that network (sets HCCL_IF_IP and Ray's --node-ip-address)
+  --dry-run             print the environment and the ray command instead of running it
+  -h, --help            show this help
+
+Example (two 8-NPU nodes):
+  head$   scripts/npu/start_ray_cluster.sh head --ifname eth0 --node-ip 10.0.0.1
+  worker$ scripts/npu/start_ray_cluster.sh worker --address 10.0.0.1:6379 --ifname eth0 --node-ip 10.0.0.2
+  head$   scripts/npu/submit_ppo.sh -- --actor.model_name_or_path ... (see submit_ppo.sh --help)
+EOF
+}
+
+[[ $# -gt 0 ]] || usage_error "say 'head' or 'worker'"
+case "$1" in
+  -h|--help) print_help; exit 0 ;;
+  head|worker) MODE="$1"; shift ;;
+  *) usage_error "first argument must be 'head' or 'worker', got '$1'" ;;
+esac
+
+ADDRESS="" PORT=6379 NPUS="" IFNAME="" NODE_IP="" DRY_RUN=0
+CANN_ENV="${ASCEND_SET_ENV:-/usr/local/Ascend/ascend-toolkit/set_env.sh}"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) print_help; exit 0 ;;
+    --address) require_value "$1" "${2-}"; ADDRESS="$2"; shift 2 ;;
+    --port) require_value "$1" "${2-}"; PORT="$2"; shift 2 ;;
+    --npus) require_value "$1" "${2-}"; NPUS="$2"; shift 2 ;;
+    --cann-env) require_value "$1" "${2-}"; CANN_ENV="$2"; shift 2 ;;
+    --ifname) require_value "$1" "${2-}"; IFNAME="$2"; shift 2 ;;
+    --node-ip) require_value "$1" "${2-}"; NODE_IP="$2"; shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    *) usage_error "unknown option '$1'" ;;
+  esac
+done
+
+if [[ "$MODE" == worker ]]; then
+  [[ -n "$ADDRESS" ]] || usage_error "worker needs --address HEAD_IP:PORT"
+  require_host_port --address "$ADDRESS"
+else
+  [[ -z "$ADDRESS" ]] || usage_error "--address is for workers; the head listens on --port"
+  require_port --port "$PORT"
+fi
+[[ -z "$NPUS" ]] || require_positive_int --npus "$NPUS"
+[[ -z "$IFNAME" ]] || require_ifname --ifname "$IFNAME"
+[[ -z "$NODE_IP" ]] || require_ipv4 --node-ip "$NODE_IP"
+
+# 1. CANN
+[[ -f "$CANN_ENV" ]] || die "CANN environment script '$CANN_ENV' not found: install the CANN toolkit, or pass --cann-env / set ASCEND_SET_ENV to your set_env.sh"
+set +u  # CANN's script reads variables that may be unset
+# shellcheck disable=SC1090
+source "$CANN_ENV"
+set -u
+[[ -n "${ASCEND_HOME_PATH:-}" ]] || die "sourcing '$CANN_ENV' did not set ASCEND_HOME_PATH: is it CANN's set_env.sh?"
+
+# 2. NPU count
+if [[ -z "$NPUS" ]]; then
+  DEV_DIR="${RLHF_EXT_DEV_DIR:-/dev}"  # overridable for tests
+  shopt -s nullglob
+  devices=("$DEV_DIR"/davinci[0-9]*)
+  shopt -u nullglob
+  NPUS=${#devices[@]}
+  [[ "$NPUS" -gt 0 ]] || die "no $DEV_DIR/davinci* devices on this node: is the Ascend driver installed? (or pass --npus N)"
+fi
+require_positive_int --npus "$NPUS"
+
+# 3. Environment inherited by Ray and every process it starts.
+export_value RLHF_EXT_DEVICE npu
+if [[ -n "$IFNAME" ]]; then
+  export_value HCCL_SOCKET_IFNAME "$IFNAME"
+  export_value GLOO_SOCKET_IFNAME "$IFNAME"
+  export_value TP_SOCKET_IFNAME "$IFNAME"
+fi
+[[ -z "$NODE_IP" ]] || export_value HCCL_IF_IP "$NODE_IP"
+export_default HCCL_CONNECT_TIMEOUT 1800
+export_default HCCL_EXEC_TIMEOUT 3600
+export_default PYTORCH_NPU_ALLOC_CONF expandable_segments:True
+export_default VLLM_WORKER_MULTIPROC_METHOD spawn
+
+# 4. Ray
+require_cmd ray "activate the Python environment with Ray (pip install 'ray[default]') first"
+cmd=(ray start --resources="{\"NPU\": $NPUS}")
+if [[ "$MODE" == head ]]; then
+  cmd+=(--head --port="$PORT")
+else
+  cmd+=(--address="$ADDRESS")
+fi
+[[ -z "$NODE_IP" ]] || cmd+=(--node-ip-address="$NODE_IP")
+run_or_print "${cmd[@]}"
