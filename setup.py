@@ -9,7 +9,16 @@ Core install needs only torch, numpy and math-verify. Extras:
 * ``test``: the test tools.
 """
 
+import os
+import runpy
+
 from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The build commands that install the start-up hook (rlhf_ext_startup.py + a .pth at the top of
+# site-packages) behind `--plugin rlhf_ext`, in regular and editable installs. Loaded by path:
+# importing the rlhf_ext package here would need its dependencies at build time.
+STARTUP_HOOK = runpy.run_path(os.path.join(HERE, "rlhf_ext", "patches", "_startup", "install.py"))
 
 OPENRLHF_RUNTIME = [
     "ray[default]==2.55.0",
@@ -32,7 +41,7 @@ setup(
     name="rlhf_ext",
     version="0.1.0",
     description="Algorithms, rewards, evaluation and NPU portability for OpenRLHF and MindSpeed-RL",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["rlhf_ext", "rlhf_ext.*"]),
@@ -49,7 +58,12 @@ setup(
         "npu": ["torch_npu"],
         "test": ["pytest>=8", "hypothesis>=6", "requests"],
     },
+    cmdclass=STARTUP_HOOK["cmdclass"](),
     entry_points={
-        "console_scripts": [],
+        # Activates the OpenRLHF plugin inside vLLM's engine/worker processes when RLHF_EXT_PLUGINS is set.
+        "vllm.general_plugins": ["rlhf_ext = rlhf_ext.patches.vllm_plugin:register"],
+        "console_scripts": ["rlhf-ext = rlhf_ext.cli:main", "evalkit = rlhf_ext.evalkit.cli:main"],
+        # Third-party reward functions: modules whose @register_reward decorators run on first lookup.
+        "rlhf_ext.rewards": [],
     },
 )

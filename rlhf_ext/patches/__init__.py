@@ -1,5 +1,53 @@
-"""Framework glue: the OpenRLHF plugin (startup hook, argument flags, patched seams).
+"""Framework glue: the OpenRLHF plugin (start-up hook, command-line flags, patched seams).
+
+Users add ``--plugin rlhf_ext`` to an OpenRLHF command line (or set ``RLHF_EXT_PLUGINS=rlhf_ext``);
+the start-up hook installed with the package activates the plugin in the driver and, through the
+environment, Ray's ``worker_process_setup_hook`` and vLLM's ``vllm.general_plugins`` entry
+point, in every process the run starts. Code can do the same explicitly::
+
+    from rlhf_ext.patches import activate
+    activate(["rlhf_ext"])
 
 Framework-free math stays in :mod:`rlhf_ext.algorithms` and :mod:`rlhf_ext.rewards`; only this
-package knows OpenRLHF's internals.
+package knows OpenRLHF's internals (see docs/openrlhf_plugin.md). Importing it is cheap: nothing
+here imports torch, OpenRLHF or Ray until a patched module is imported.
 """
+
+from .flash_attn_fallback import install as install_flash_attn_fallback
+from .plugin import (
+    ENV_VAR,
+    UnknownPluginError,
+    activate,
+    active_plugins,
+    available_plugins,
+    detect_role,
+    is_active,
+    ray_worker_setup,
+    register_plugin,
+)
+
+
+def deactivate() -> None:
+    """Undo the ``rlhf_ext`` plugin in this process and forget all activations (for tests only)."""
+    import os
+
+    from . import openrlhf, plugin
+
+    openrlhf.deactivate()
+    plugin._forget_for_tests()
+    os.environ.pop(ENV_VAR, None)
+
+
+__all__ = [
+    "ENV_VAR",
+    "UnknownPluginError",
+    "activate",
+    "active_plugins",
+    "available_plugins",
+    "deactivate",
+    "detect_role",
+    "install_flash_attn_fallback",
+    "is_active",
+    "ray_worker_setup",
+    "register_plugin",
+]

@@ -1,0 +1,1 @@
+"""Fallback ``flash_attn.utils`` package (see the parent package's docstring)."""

@@ -1,0 +1,196 @@
+"""The ``rlhf_ext`` plugin for OpenRLHF 0.11.x: which seams are patched, and activation.
+
+Seams (each checked against the parameter list it was written for, see :mod:`.compat`):
+
+=============================================  ==========================================  ======================
+where                                          what                                        runs in
+=============================================  ==========================================  ======================
+``experience_maker.RemoteExperienceMaker``     ``compute_advantages_and_returns``:          PPOTrainer actor
+                                               registered estimators (:mod:`.advantages`)
+``experience_maker.RemoteExperienceMaker``     ``make_experience``: KL settings, metrics    PPOTrainer actor
+``experience_maker.compute_approx_kl``         ``--algo.kl.clip`` (:mod:`.kl`)              PPOTrainer actor
+``ppo_actor.PolicyLoss`` (name)                registered losses, 4 aggregation modes       PolicyModelActor
+``ppo_actor.ActorPPOTrainer.__init__``         configures the loss from ``args``            PolicyModelActor
+``ppo_actor.ActorPPOTrainer.training_step``    KL settings, loss metrics                    PolicyModelActor
+``ppo_actor.compute_approx_kl``                ``--algo.kl.clip`` for the KL loss           PolicyModelActor
+``ray.init``                                   plugin env in the job's runtime env          driver
+``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`)              driver
+=============================================  ==========================================  ======================
+
+Each module is patched when it is first imported in a process (:mod:`rlhf_ext.patches.import_hooks`),
+so processes that never import it (vLLM workers) never load it; the driver checks all of them
+before it parses arguments.
+"""
+
+from __future__ import annotations
+
+# Keep this import light: activation runs at interpreter start-up, before torch is needed; the
+# patch implementations (which import torch) load when their target module is imported.
+from .. import flash_attn_fallback, import_hooks
+from . import compat
+from .compat import (
+    SUPPORTED_DESCRIPTION,
+    OpenRLHFCompatibilityError,
+    Patch,
+    Requirement,
+    applied,
+    check_version,
+    openrlhf_version,
+    verify_all,
+)
+
+_HERE = __name__
+EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
+PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
+
+_KL_PARAMS = ("log_probs", "log_probs_base", "log_probs_old", "kl_estimator", "unbiased_gradient")
+_POLICY_LOSS_INIT = (
+    "self", "clip_eps_low", "clip_eps_high", "dual_clip", "token_level_loss", "policy_loss_type",
+    "is_correction_level", "is_correction_mode", "is_correction_gating", "is_correction_threshold",
+)  # fmt: skip
+_POLICY_LOSS_FORWARD = (
+    "self", "log_probs", "old_log_probs", "advantages", "action_mask", "rollout_log_probs",
+    "dp_size", "batch_num_tokens", "global_batch_size",
+)  # fmt: skip
+_ACTOR_TRAINER_INIT = (
+    "self", "strategy", "actor", "ema_model", "actor_optim", "actor_scheduler", "ema_beta",
+    "micro_train_batch_size", "buffer_limit", "buffer_cpu_offload", "eps_clip", "tokenizer",
+    "dataloader_pin_memory", "vllm_engines", "kwargs",
+)  # fmt: skip
+
+PATCHES = (
+    Patch(
+        name="advantage estimators",
+        module=EXPERIENCE_MAKER,
+        target="RemoteExperienceMaker.compute_advantages_and_returns",
+        params=("self", "experiences"),
+        make=_HERE + ".advantages:make_compute_advantages_and_returns",
+        requires=(
+            Requirement("apply_length_penalties", ("experiences", "args")),
+            Requirement("compute_reward", ("r", "kl_coef", "kl", "action_mask", "reward_clip_range")),
+            Requirement("RemoteExperienceMaker.get_cumulative_returns", ("self", "rewards", "action_mask", "gamma")),
+            Requirement("RemoteExperienceMaker.__init__", None),
+        ),
+    ),
+    Patch(
+        name="KL clipping (KL reward)",
+        module=EXPERIENCE_MAKER,
+        target="compute_approx_kl",
+        params=_KL_PARAMS,
+        make=_HERE + ".kl:make_compute_approx_kl",
+    ),
+    Patch(
+        name="KL settings and metrics (experience maker)",
+        module=EXPERIENCE_MAKER,
+        target="RemoteExperienceMaker.make_experience",
+        params=("self", "samples_list"),
+        make=_HERE + ".kl:make_make_experience",
+    ),
+    Patch(
+        name="policy losses and aggregation modes",
+        module=PPO_ACTOR,
+        target="PolicyLoss",
+        params=_POLICY_LOSS_INIT,
+        make=_HERE + ".policy_loss:make_policy_loss_class",
+        requires=(Requirement("PolicyLoss.forward", _POLICY_LOSS_FORWARD),),
+    ),
+    Patch(
+        name="policy loss configuration",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.__init__",
+        params=_ACTOR_TRAINER_INIT,
+        make=_HERE + ".policy_loss:make_trainer_init",
+    ),
+    Patch(
+        name="KL clipping and loss metrics (actor)",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.training_step",
+        params=("self", "experience", "kl_ctl", "step", "loss_batch_info"),
+        make=_HERE + ".policy_loss:make_training_step",
+    ),
+    Patch(
+        name="KL clipping (KL loss)",
+        module=PPO_ACTOR,
+        target="compute_approx_kl",
+        params=_KL_PARAMS,
+        make=_HERE + ".kl:make_compute_approx_kl",
+    ),
+)
+
+for _patch in PATCHES:
+    compat.register(_patch)
+
+
+def _apply_or_exit(module) -> None:
+    """Driver: a patch that does not fit stops the run with the message, not with a traceback."""
+    try:
+        compat.apply_module(module)
+    except OpenRLHFCompatibilityError as exc:
+        import sys
+
+        sys.stderr.write(f"rlhf_ext: error: {exc}\n")
+        raise SystemExit(2) from None
+
+
+def _watch_openrlhf_modules(role: str) -> None:
+    hook = _apply_or_exit if role == "driver" else compat.apply_module
+    for name in compat.patch_modules():
+        import_hooks.when_imported(name, hook)
+
+
+def _patch_ray(module) -> None:
+    from .ray_env import patch_ray
+
+    patch_ray(module)
+
+
+def _watch_ray() -> None:
+    import_hooks.when_imported("ray", _patch_ray)
+
+
+def activate(role: str) -> None:
+    """Activation of the ``rlhf_ext`` plugin in one process (called by :func:`rlhf_ext.patches.activate`).
+
+    In the driver an unsupported OpenRLHF release stops the run right here, before OpenRLHF is
+    imported; other processes find out when they import a patched module.
+    """
+    if role == "driver":
+        check_version()
+    flash_attn_fallback.install()
+    # The device retarget (NPU / CPU) must be in place in every process before OpenRLHF's
+    # modules load; on CUDA it does nothing.
+    from ..retarget import apply_openrlhf_retarget
+
+    apply_openrlhf_retarget()
+    _watch_openrlhf_modules(role)
+    _watch_ray()
+    if role == "driver":
+        from .cli import install_argparse_hook
+
+        install_argparse_hook()
+
+
+def deactivate() -> None:
+    """Undo everything :func:`activate` did in this process (tests only)."""
+    from . import ray_env
+    from .cli import uninstall_argparse_hook
+
+    for name in compat.patch_modules() + ["ray"]:
+        import_hooks.clear(name)
+    compat.undo_all()
+    ray_env.undo()
+    uninstall_argparse_hook()
+    flash_attn_fallback.uninstall()
+
+
+__all__ = [
+    "PATCHES",
+    "SUPPORTED_DESCRIPTION",
+    "OpenRLHFCompatibilityError",
+    "activate",
+    "applied",
+    "check_version",
+    "deactivate",
+    "openrlhf_version",
+    "verify_all",
+]

@@ -1,0 +1,174 @@
+"""``RemoteExperienceMaker.compute_advantages_and_returns`` with every registered estimator.
+
+OpenRLHF's own estimator names run OpenRLHF's method untouched. Any other name is looked up in
+:mod:`rlhf_ext.algorithms`' registry and runs the same pipeline around it:
+
+1. rewards promoted to fp32 and OpenRLHF's length penalties applied (``apply_length_penalties``);
+2. outcome rewards (or ``scores`` with ``--algo.advantage.input score``) grouped
+   ``[prompts, n_samples_per_prompt]`` in prompt order and clamped to ``--reward.clip_range``;
+3. ``A = estimator(grouped, **options)`` -- the math lives in :mod:`rlhf_ext.algorithms`;
+4. OpenRLHF's ``compute_reward`` puts ``A`` on each response's last token and subtracts
+   ``kl_coef * KL`` per token (KL in the reward); returns are accumulated with OpenRLHF's
+   ``get_cumulative_returns`` (gamma = 1 except for ``reinforce_pp``);
+5. REINFORCE++ and REINFORCE++-baseline whiten the token advantages over the whole batch
+   (:func:`rlhf_ext.algorithms.whiten`, Hu 2025, arXiv 2501.03262).
+
+Every estimator also logs ``zero_variance_group_frac``: the fraction of prompt groups whose
+rewards are all equal (DAPO's dynamic-sampling signal, :func:`rlhf_ext.algorithms.zero_variance_groups`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import List, Tuple
+
+import torch
+
+from rlhf_ext.algorithms import get_advantage, whiten, zero_variance_groups
+
+from .config import (
+    DISCOUNTED_ESTIMATORS,
+    OPENRLHF_ESTIMATORS,
+    WHITENED_ESTIMATORS,
+    estimator_options,
+    setting,
+)
+
+ZERO_VARIANCE_KEY = "zero_variance_group_frac"
+
+
+def _prompt_order(experiences) -> Tuple[torch.Tensor, List[int]]:
+    exp_len = [len(e.index) for e in experiences]
+    indices = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
+    return indices, exp_len
+
+
+def group_values(experiences, values: List[torch.Tensor], n: int) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
+    """Per-sample values -> ``[prompts, n]`` in prompt order (the layout OpenRLHF groups rewards in).
+
+    Returns ``(grouped, indices, exp_len)``; ``grouped.reshape(-1)[indices].split(exp_len)`` maps back.
+    """
+    indices, exp_len = _prompt_order(experiences)
+    flat = torch.cat(values, dim=0)
+    ordered = torch.empty_like(flat)
+    ordered[indices] = flat
+    if ordered.numel() % n:
+        raise ValueError(
+            f"{ordered.numel()} samples cannot be split into groups of n_samples_per_prompt={n}"
+        )
+    return ordered.reshape(-1, n), indices, exp_len
+
+
+def _ungroup(grouped: torch.Tensor, indices: torch.Tensor, exp_len: List[int]):
+    return grouped.reshape(-1)[indices].split(exp_len)
+
+
+def attach_zero_variance(experiences, grouped: torch.Tensor, indices, exp_len) -> None:
+    """Per-sample 0/1 "my group's rewards are all equal"; its mean over the batch is the group fraction."""
+    if grouped.shape[1] < 2:
+        return
+    flags = zero_variance_groups(grouped).to(torch.float32)[:, None].expand_as(grouped)
+    for experience, value in zip(experiences, _ungroup(flags.contiguous(), indices, exp_len)):
+        experience.info[ZERO_VARIANCE_KEY] = value.clone()
+
+
+def _n_samples(args) -> int:
+    return int(setting(args, "rollout.n_samples_per_prompt", 1))
+
+
+def make_compute_advantages_and_returns(original, module):
+    """Factory for the patched method; ``module`` is ``openrlhf.trainer.ppo_utils.experience_maker``."""
+
+    @functools.wraps(original)
+    def compute_advantages_and_returns(self, experiences):
+        name = self.advantage_estimator
+        args = self.strategy.args
+        if name in OPENRLHF_ESTIMATORS:
+            experiences = original(self, experiences)
+            n = _n_samples(args)
+            if experiences and all(e.rewards is not None for e in experiences):
+                grouped, indices, exp_len = group_values(experiences, [e.rewards.float() for e in experiences], n)
+                attach_zero_variance(experiences, grouped, indices, exp_len)
+            return experiences
+        return _registered_estimator(self, experiences, name, module)
+
+    return torch.no_grad()(compute_advantages_and_returns)
+
+
+def _registered_estimator(maker, experiences, name: str, module):
+    args = maker.strategy.args
+    estimator = get_advantage(name)  # UnknownNameError lists the registered names
+    options = estimator_options(args, name)
+    n = _n_samples(args)
+
+    for experience in experiences:
+        experience.rewards = experience.rewards.to(torch.promote_types(experience.rewards.dtype, torch.float32))
+    module.apply_length_penalties(experiences, args)
+
+    source = setting(args, "algo.advantage.input", "reward")
+    if source == "score":
+        if any(e.scores is None for e in experiences):
+            raise ValueError(
+                "--algo.advantage.input score: the reward function returned no 'scores' for some samples"
+            )
+        values = [e.scores.to(torch.float32) for e in experiences]
+    elif source == "reward":
+        values = [e.rewards for e in experiences]
+    else:
+        raise ValueError(f"--algo.advantage.input must be 'reward' or 'score', got {source!r}")
+    grouped, indices, exp_len = group_values(experiences, values, n)
+    clip_range = setting(args, "reward.clip_range")
+    if clip_range:
+        grouped = grouped.clamp(min=clip_range[0], max=clip_range[1])
+
+    if n > 1:
+        stds = grouped.std(-1, keepdim=True).expand_as(grouped).contiguous()
+        for experience, std in zip(experiences, _ungroup(stds, indices, exp_len)):
+            experience.info["group_reward_std"] = std
+    attach_zero_variance(experiences, grouped, indices, exp_len)
+
+    try:
+        advantages = estimator(grouped, **options)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"advantage estimator {name!r} failed on this batch: {exc}") from exc
+    if advantages.shape != grouped.shape:
+        raise ValueError(
+            f"advantage estimator {name!r} returned shape {tuple(advantages.shape)} for scores of shape "
+            f"{tuple(grouped.shape)}"
+        )
+
+    gamma = 1.0
+    if name in DISCOUNTED_ESTIMATORS:
+        gamma = float(setting(args, "algo.advantage.gamma", 1.0))
+    kl_coef = maker.kl_ctl.value
+    for experience, advantage in zip(experiences, _ungroup(advantages.to(grouped.dtype), indices, exp_len)):
+        token_reward = module.compute_reward(
+            advantage,
+            kl_coef,
+            experience.kl,
+            action_mask=experience.action_mask,
+            reward_clip_range=None,  # already applied to the outcome rewards above
+        )
+        experience.returns = maker.get_cumulative_returns(token_reward, experience.action_mask, gamma)
+        experience.advantages = experience.returns.clone()
+        experience.info["return"] = token_reward.sum(dim=-1)
+        experience.kl = None
+
+    if name in WHITENED_ESTIMATORS:
+        _whiten_batch(experiences, no_std_norm=bool(setting(args, "algo.advantage.no_std_norm", False)))
+    return experiences
+
+
+def _whiten_batch(experiences, *, no_std_norm: bool) -> None:
+    """Token-level whitening over the whole rollout batch (all experiences together)."""
+    flat_adv = torch.cat([e.advantages.flatten() for e in experiences]).float()[None, :]
+    flat_mask = torch.cat([e.action_mask.flatten() for e in experiences]).bool()[None, :]
+    if no_std_norm:
+        m = flat_mask.to(flat_adv.dtype)
+        flat_adv = (flat_adv - (flat_adv * m).sum() / m.sum()) * m
+    else:
+        flat_adv = whiten(flat_adv, flat_mask)
+    sizes = [e.advantages.numel() for e in experiences]
+    for experience, chunk in zip(experiences, flat_adv[0].split(sizes)):
+        experience.advantages = chunk.reshape(experience.advantages.shape).to(experience.advantages.dtype)

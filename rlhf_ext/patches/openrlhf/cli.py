@@ -1,0 +1,318 @@
+"""The plugin's flags on ``python -m openrlhf.cli.train_ppo_ray``.
+
+OpenRLHF builds its parser inside ``if __name__ == "__main__":`` and parses strictly, so the
+plugin extends the parser at the moment it parses: ``argparse.ArgumentParser.parse_known_args``
+is wrapped in the driver process only, and acts only on a parser that has OpenRLHF's PPO options.
+It then
+
+* checks the installed OpenRLHF against every patch (a mismatch exits before anything starts);
+* widens the choices of ``--algo.advantage.estimator``, ``--actor.policy_loss_type`` and
+  ``--actor.loss_agg_mode`` to everything registered in :mod:`rlhf_ext.algorithms`;
+* adds the plugin's own flags (group "rlhf_ext plugin" in ``--help``);
+* after parsing, validates the combination (a dry run of the chosen estimator and loss on a
+  tiny batch turns a bad option into an argparse error), rewrites ``--reward.remote_url
+  rlhf_ext:SPEC`` and exports the reward variables before Ray starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import Dict
+
+# Only light imports here: the argparse hook is installed at interpreter start-up; rlhf_ext.algorithms
+# (torch) loads when OpenRLHF's parser is actually used.
+from . import compat
+from .config import (
+    ADVANTAGE_INPUTS,
+    OPENRLHF_ESTIMATORS,
+    OPENRLHF_LOSS_AGG_MODES,
+    OPENRLHF_POLICY_LOSSES,
+    normalize_kl_clip,
+    parse_options,
+)
+from .reward_env import resolve_reward_flags
+
+PPO_PARSER_OPTIONS = (
+    "--algo.advantage.estimator",
+    "--actor.policy_loss_type",
+    "--actor.loss_agg_mode",
+    "--reward.remote_url",
+    "--rollout.n_samples_per_prompt",
+)
+_EXPECTED_CHOICES = {
+    "--algo.advantage.estimator": OPENRLHF_ESTIMATORS,
+    "--actor.policy_loss_type": OPENRLHF_POLICY_LOSSES,
+    "--actor.loss_agg_mode": OPENRLHF_LOSS_AGG_MODES,
+}
+PATCH_NAME = "command-line flags"
+
+
+def is_openrlhf_ppo_parser(parser: argparse.ArgumentParser) -> bool:
+    options = getattr(parser, "_option_string_actions", {})
+    return all(opt in options for opt in PPO_PARSER_OPTIONS)
+
+
+def _ns(namespace, dest, default=None):
+    return getattr(namespace, dest, default)
+
+
+def extend_parser(parser: argparse.ArgumentParser) -> None:
+    """Check OpenRLHF, then add the plugin's choices and flags to OpenRLHF's PPO parser."""
+    from rlhf_ext.algorithms import LOSS_AGG_MODES, available_advantages, available_policy_losses
+
+    compat.verify_all()
+    actions = parser._option_string_actions
+    for option, expected in _EXPECTED_CHOICES.items():
+        got = tuple(actions[option].choices or ())
+        if set(got) != set(expected):
+            raise compat.OpenRLHFCompatibilityError(
+                f"rlhf_ext cannot patch OpenRLHF {compat.openrlhf_version()}: patch '{PATCH_NAME}': {option} offers "
+                f"({', '.join(got)}), expected ({', '.join(expected)})"
+            )
+
+    ours = [n for n in available_advantages() if n not in OPENRLHF_ESTIMATORS]
+    est = actions["--algo.advantage.estimator"]
+    est.choices = list(OPENRLHF_ESTIMATORS) + ours
+    est.help = (
+        f"{est.help} -- with --plugin rlhf_ext also: {', '.join(ours)} (rlhf_ext.algorithms; options via "
+        "--algo.advantage.passk_k / --algo.advantage.option)"
+    )
+    ours_losses = [n for n in available_policy_losses() if n not in OPENRLHF_POLICY_LOSSES]
+    loss = actions["--actor.policy_loss_type"]
+    loss.choices = list(OPENRLHF_POLICY_LOSSES) + ours_losses
+    loss.help = (
+        "Policy loss: ppo, gspo (OpenRLHF's own)"
+        + (f"; registered with rlhf_ext: {', '.join(ours_losses)}" if ours_losses else "")
+    )
+    agg = actions["--actor.loss_agg_mode"]
+    agg.choices = list(LOSS_AGG_MODES)
+    agg.help = (
+        "Policy-loss aggregation: token-mean (global token mean, DAPO), seq-mean-token-mean (mean of per-sequence "
+        "means, GRPO), seq-mean-token-sum (mean of per-sequence sums), seq-mean-token-sum-norm (sum over tokens / "
+        "(max_len x sequences), Dr.GRPO; max_len from --actor.loss_agg_max_len, else --rollout.max_new_tokens, "
+        "else --data.max_len)"
+    )
+
+    group = parser.add_argument_group(
+        "rlhf_ext plugin",
+        "Flags added by --plugin rlhf_ext (see docs/openrlhf_plugin.md).",
+    )
+    group.add_argument(
+        "--algo.advantage.passk_k", type=int, default=None, metavar="K",
+        help="k of the Pass@k advantage (--algo.advantage.estimator passk), 1 <= K <= n_samples_per_prompt",
+    )  # fmt: skip
+    group.add_argument(
+        "--algo.advantage.option", action="append", default=None, metavar="KEY=VALUE",
+        help="extra keyword option of a registered estimator, repeatable (e.g. std_scope=batch for grpo)",
+    )  # fmt: skip
+    group.add_argument(
+        "--algo.advantage.input", choices=ADVANTAGE_INPUTS, default="reward",
+        help="what a registered estimator groups: the shaped reward (default) or the reward function's 'scores' "
+        "(the 0/1 correctness that passk and maxrl need when the reward has extra terms)",
+    )  # fmt: skip
+    group.add_argument(
+        "--actor.policy_loss_option", action="append", default=None, metavar="KEY=VALUE",
+        help="extra keyword option of a registered policy loss, repeatable",
+    )  # fmt: skip
+    group.add_argument(
+        "--actor.loss_agg_max_len", type=int, default=None, metavar="TOKENS",
+        help="constant max_len of seq-mean-token-sum-norm (default: --rollout.max_new_tokens, else --data.max_len)",
+    )  # fmt: skip
+    group.add_argument(
+        "--algo.kl.clip", nargs="+", default=None, metavar="BOUND",
+        help="clamp per-token KL to [LO, HI] (two numbers) or not at all ('none') in the KL reward and the KL "
+        "loss, instead of OpenRLHF's fixed [-10, 10]; the clamped fraction is logged as kl_clip_frac",
+    )  # fmt: skip
+    group.add_argument(
+        "--reward.functions", default=None, metavar="SPEC",
+        help="use rlhf_ext's rule reward with SPEC: a preset (math) or weighted terms such as "
+        "accuracy:1.0,format:0.2,truncation:-0.5 (same as --reward.remote_url rlhf_ext:SPEC)",
+    )  # fmt: skip
+    group.add_argument(
+        "--reward.grader_timeout", type=float, default=None, metavar="SECONDS",
+        help="time limit of one answer check in rlhf_ext's reward (RLHF_EXT_REWARD_TIMEOUT)",
+    )  # fmt: skip
+    group.add_argument(
+        "--reward.grader_workers", type=int, default=None, metavar="N",
+        help="parallel grader processes of rlhf_ext's reward in each rollout actor (RLHF_EXT_REWARD_WORKERS)",
+    )  # fmt: skip
+
+
+def _dry_run_estimator(name: str, n: int, options: Dict) -> None:
+    import torch
+
+    from rlhf_ext.algorithms import get_advantage
+
+    scores = torch.zeros(1, n)
+    scores[0, 0] = 1.0  # binary and, for n > 1, not a zero-variance group
+    try:
+        get_advantage(name)(scores, **options)
+    except TypeError as exc:
+        raise ValueError(f"estimator {name!r} rejects the options {sorted(options)}: {exc}") from None
+
+
+def _dry_run_loss(name: str, kwargs: Dict) -> None:
+    import torch
+
+    from rlhf_ext.algorithms import get_policy_loss
+
+    lp = torch.zeros(1, 2)
+    try:
+        get_policy_loss(name)(lp, lp.clone(), torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool), **kwargs)
+    except TypeError as exc:
+        raise ValueError(f"policy loss {name!r} rejects the options {sorted(kwargs)}: {exc}") from None
+
+
+def finalize(namespace) -> Dict[str, str]:
+    """Validate the parsed flags, fill in derived values; returns the environment to export.
+
+    Raises ``ValueError`` with a message naming the flag.
+    """
+    from rlhf_ext.algorithms import get_policy_loss
+
+    from .policy_loss import _accepted_kwargs
+
+    estimator = _ns(namespace, "algo.advantage.estimator")
+    n = int(_ns(namespace, "rollout.n_samples_per_prompt", 1))
+    options = parse_options(_ns(namespace, "algo.advantage.option"), "--algo.advantage.option")
+    passk_k = _ns(namespace, "algo.advantage.passk_k")
+    if passk_k is not None and estimator != "passk":
+        raise ValueError("--algo.advantage.passk_k applies only to --algo.advantage.estimator passk")
+    if estimator in OPENRLHF_ESTIMATORS:
+        if options:
+            raise ValueError(f"--algo.advantage.option applies to rlhf_ext's estimators, not OpenRLHF's {estimator!r}")
+        if _ns(namespace, "algo.advantage.input", "reward") != "reward":
+            raise ValueError(f"--algo.advantage.input applies to rlhf_ext's estimators, not OpenRLHF's {estimator!r}")
+    else:
+        if estimator == "passk":
+            if passk_k is None and "k" not in options:
+                raise ValueError("--algo.advantage.estimator passk needs --algo.advantage.passk_k K")
+            if passk_k is not None:
+                options["k"] = passk_k
+        try:
+            _dry_run_estimator(estimator, n, options)
+        except ValueError as exc:
+            raise ValueError(
+                f"--algo.advantage.estimator {estimator} with --rollout.n_samples_per_prompt {n}: {exc}"
+            ) from None
+
+    loss_type = _ns(namespace, "actor.policy_loss_type")
+    loss_options = parse_options(_ns(namespace, "actor.policy_loss_option"), "--actor.policy_loss_option")
+    if loss_type in OPENRLHF_POLICY_LOSSES:
+        if loss_options:
+            raise ValueError(f"--actor.policy_loss_option applies to registered losses, not OpenRLHF's {loss_type!r}")
+    else:
+        if _ns(namespace, "algo.advantage.is_correction_level", "off") != "off":
+            raise ValueError(
+                f"--algo.advantage.is_correction_level is implemented only for OpenRLHF's own losses, not {loss_type!r}"
+            )
+        low_high = _ns(namespace, "actor.eps_clip_low_high")
+        eps = _ns(namespace, "actor.eps_clip", 0.2)
+        candidates = {"eps_low": low_high[0] if low_high else eps, "eps_high": low_high[1] if low_high else eps}
+        if _ns(namespace, "actor.dual_clip") is not None:
+            candidates["dual_clip"] = _ns(namespace, "actor.dual_clip")
+        kwargs = {**_accepted_kwargs(get_policy_loss(loss_type), candidates), **loss_options}
+        try:
+            _dry_run_loss(loss_type, kwargs)
+        except ValueError as exc:
+            raise ValueError(f"--actor.policy_loss_type {loss_type}: {exc}") from None
+
+    mode = _ns(namespace, "actor.loss_agg_mode", "token-mean")
+    max_len = _ns(namespace, "actor.loss_agg_max_len")
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"--actor.loss_agg_max_len must be >= 1, got {max_len}")
+    if mode == "seq-mean-token-sum-norm" and max_len is None:
+        for dest in ("rollout.max_new_tokens", "data.max_len"):
+            if _ns(namespace, dest) is not None:
+                setattr(namespace, "actor.loss_agg_max_len", int(_ns(namespace, dest)))
+                break
+
+    clip = _ns(namespace, "algo.kl.clip")
+    if clip is not None:
+        bounds = normalize_kl_clip(clip)
+        setattr(namespace, "algo.kl.clip", "none" if bounds is None else list(bounds))
+
+    remote_url, env = resolve_reward_flags(
+        _ns(namespace, "reward.remote_url"),
+        _ns(namespace, "reward.functions"),
+        _ns(namespace, "reward.grader_timeout"),
+        _ns(namespace, "reward.grader_workers"),
+    )
+    setattr(namespace, "reward.remote_url", remote_url)
+    _warn_binary_estimator_on_shaped_reward(estimator, _ns(namespace, "algo.advantage.input", "reward"), env)
+    return env
+
+
+BINARY_ESTIMATORS = ("passk", "maxrl")
+
+
+def _warn_binary_estimator_on_shaped_reward(estimator, source, env) -> None:
+    """passk / maxrl on rlhf_ext's shaped reward would fail at the first batch: say so at start-up."""
+    spec = env.get("RLHF_EXT_REWARD")
+    if estimator not in BINARY_ESTIMATORS or source != "reward" or spec is None:
+        return
+    if spec.replace(" ", "") in ("accuracy", "accuracy:1", "accuracy:1.0"):
+        return
+    sys.stderr.write(
+        f"rlhf_ext: warning: --algo.advantage.estimator {estimator} needs 0/1 rewards, but the reward '{spec}' "
+        "adds shaping terms; add --algo.advantage.input score to use the correctness scores\n"
+    )
+
+
+def summary(namespace) -> str:
+    estimator = _ns(namespace, "algo.advantage.estimator")
+    loss_type = _ns(namespace, "actor.policy_loss_type")
+    mode = _ns(namespace, "actor.loss_agg_mode")
+    parts = [
+        f"estimator={estimator} ({'OpenRLHF' if estimator in OPENRLHF_ESTIMATORS else 'rlhf_ext'})",
+        f"policy_loss={loss_type} ({'OpenRLHF' if loss_type in OPENRLHF_POLICY_LOSSES else 'rlhf_ext'})",
+        f"loss_agg_mode={mode}"
+        + (f" (max_len={_ns(namespace, 'actor.loss_agg_max_len')})" if mode == "seq-mean-token-sum-norm" else ""),
+        f"kl_clip={_ns(namespace, 'algo.kl.clip') or 'OpenRLHF default [-10, 10]'}",
+    ]
+    return "rlhf_ext: " + ", ".join(parts)
+
+
+_lock = threading.Lock()
+_original_parse_known_args = None
+
+
+def install_argparse_hook() -> None:
+    """Wrap ``ArgumentParser.parse_known_args`` once (driver process only)."""
+    global _original_parse_known_args
+    with _lock:
+        if _original_parse_known_args is not None:
+            return
+        original = argparse.ArgumentParser.parse_known_args
+        _original_parse_known_args = original
+
+        def parse_known_args(self, args=None, namespace=None):
+            if getattr(self, "_rlhf_ext_extended", False) or not is_openrlhf_ppo_parser(self):
+                return original(self, args, namespace)
+            self._rlhf_ext_extended = True
+            try:
+                extend_parser(self)
+            except compat.OpenRLHFCompatibilityError as exc:
+                self.exit(2, f"rlhf_ext: error: {exc}\n")
+            parsed, extras = original(self, args, namespace)
+            try:
+                env = finalize(parsed)
+            except ValueError as exc:
+                self.error(str(exc))
+            os.environ.update(env)  # before train() calls ray.init: rollout actors inherit it
+            sys.stderr.write(summary(parsed) + "\n")
+            return parsed, extras
+
+        parse_known_args.__rlhf_ext_patch__ = PATCH_NAME
+        argparse.ArgumentParser.parse_known_args = parse_known_args
+
+
+def uninstall_argparse_hook() -> None:
+    global _original_parse_known_args
+    with _lock:
+        if _original_parse_known_args is not None:
+            argparse.ArgumentParser.parse_known_args = _original_parse_known_args
+            _original_parse_known_args = None

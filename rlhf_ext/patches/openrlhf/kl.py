@@ -1,0 +1,123 @@
+"""``--algo.kl.clip``: KL clamping wherever OpenRLHF computes KL, and the clipped fraction.
+
+OpenRLHF computes per-token KL with ``openrlhf.models.utils.compute_approx_kl``, which clamps
+every estimator to the fixed range [-10, 10]. It is called for the KL reward (in
+``RemoteExperienceMaker.make_experience``) and for the KL loss (in
+``ActorPPOTrainer.training_step``); both modules import it by name, so the patch replaces that
+name in each. The replacement reads the run's setting from a context variable that the patched
+``make_experience`` / ``training_step`` set from ``args``:
+
+* no ``--algo.kl.clip``: OpenRLHF's function runs untouched (bit-identical);
+* ``--algo.kl.clip LO HI`` / ``none``: :func:`rlhf_ext.algorithms.kl_estimate` with that clamp
+  (log ratio bounded to +-20 first so ``exp`` cannot overflow). With
+  ``--algo.kl.unbiased_gradient`` the straight-through gradient of OpenRLHF's function is kept:
+  only the forward value changes.
+
+Either way the fraction of response tokens whose KL hit the clamp is logged as ``kl_clip_frac``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+
+from rlhf_ext.algorithms import kl_estimate
+
+from .config import KL_CLIP_OPENRLHF_DEFAULT, OPENRLHF_KL_CLIP, kl_clip
+
+KL_CLIP_FRAC_KEY = "kl_clip_frac"
+LOG_RATIO_CLIP = 20.0
+
+
+@dataclass
+class KLContext:
+    clip: object  # KL_CLIP_OPENRLHF_DEFAULT, None or (lo, hi)
+    flags: List[Optional[torch.Tensor]] = field(default_factory=list)  # per call: bool [B, T] "clamped"
+
+
+_context: contextvars.ContextVar[Optional[KLContext]] = contextvars.ContextVar("rlhf_ext_kl", default=None)
+
+
+class kl_settings:
+    """Context manager: KL calls inside use ``args``' clip setting and record clamp flags."""
+
+    def __init__(self, args):
+        self.context = KLContext(kl_clip(args))
+        self._token = None
+
+    def __enter__(self) -> KLContext:
+        self._token = _context.set(self.context)
+        return self.context
+
+    def __exit__(self, *exc) -> None:
+        _context.reset(self._token)
+
+
+def _clamp_flags(log_probs, log_probs_base, estimator: str, bounds) -> Optional[torch.Tensor]:
+    with torch.no_grad():
+        try:
+            raw, _ = kl_estimate(
+                log_probs.detach().float(),
+                log_probs_base.detach().float(),
+                estimator,
+                clip=None,
+                log_ratio_clip=LOG_RATIO_CLIP,
+            )
+        except ValueError:  # non-finite log-probs: no clamp statistic for this call
+            return None
+    if bounds is None:
+        return torch.zeros_like(raw, dtype=torch.bool)
+    return (raw < bounds[0]) | (raw > bounds[1])
+
+
+def make_compute_approx_kl(original, module=None):
+    @functools.wraps(original)
+    def compute_approx_kl(log_probs, log_probs_base, log_probs_old=None, kl_estimator="k1", unbiased_gradient=False):
+        ctx = _context.get()
+        if ctx is None:
+            return original(log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient)
+        bounds = OPENRLHF_KL_CLIP if ctx.clip == KL_CLIP_OPENRLHF_DEFAULT else ctx.clip
+        ctx.flags.append(_clamp_flags(log_probs, log_probs_base, kl_estimator, bounds))
+        if ctx.clip == KL_CLIP_OPENRLHF_DEFAULT:
+            return original(log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient)
+        value, _ = kl_estimate(
+            log_probs.float(), log_probs_base.float(), kl_estimator, clip=ctx.clip, log_ratio_clip=LOG_RATIO_CLIP
+        )
+        if not unbiased_gradient:
+            return value
+        # OpenRLHF's unbiased variant returns value.detach() + g - g.detach(): keep its gradient
+        # term g - g.detach() (zero-valued) and swap in our clamped value.
+        straight_through = original(log_probs, log_probs_base, log_probs_old, kl_estimator, True)
+        return value.detach() + (straight_through - straight_through.detach())
+
+    return compute_approx_kl
+
+
+def clipped_fraction(flags: Optional[torch.Tensor], action_mask: torch.Tensor, per_sample: bool) -> Optional[torch.Tensor]:
+    """Fraction of response tokens flagged: per sample ``[B]`` or over the batch (0-dim)."""
+    if flags is None or flags.shape != action_mask.shape:
+        return None
+    m = action_mask.bool()
+    hits = (flags & m).to(torch.float32)
+    if per_sample:
+        return hits.sum(-1) / m.sum(-1).clamp(min=1).to(torch.float32)
+    return hits.sum() / m.sum().clamp(min=1).to(torch.float32)
+
+
+def make_make_experience(original, module=None):
+    @functools.wraps(original)
+    def make_experience(self, samples_list):
+        with kl_settings(self.strategy.args) as ctx:
+            experiences = original(self, samples_list)
+        if len(ctx.flags) == len(experiences):
+            for experience, flags in zip(experiences, ctx.flags):
+                frac = clipped_fraction(flags, experience.action_mask, per_sample=True)
+                if frac is not None:
+                    experience.info[KL_CLIP_FRAC_KEY] = frac.to(experience.action_mask.device)
+        return experiences
+
+    return make_experience

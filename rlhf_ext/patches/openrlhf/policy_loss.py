@@ -1,0 +1,216 @@
+"""Every registered policy loss and all four loss-aggregation modes inside OpenRLHF's actor.
+
+``ActorPPOTrainer`` (in ``openrlhf.trainer.ray.ppo_actor``) builds ``PolicyLoss(...)`` with
+``token_level_loss = (loss_agg_mode == "token-mean")``, so OpenRLHF itself knows two modes and
+two losses. The patch replaces the name ``PolicyLoss`` in that module with a subclass that
+``ActorPPOTrainer.__init__`` (wrapped) configures from ``args``:
+
+* OpenRLHF's losses (``ppo``, ``gspo``) with OpenRLHF's modes run OpenRLHF's ``forward`` untouched;
+* OpenRLHF's losses with ``seq-mean-token-sum`` / ``seq-mean-token-sum-norm`` still compute the
+  per-token loss in OpenRLHF's ``forward`` (dual clip, IS correction included) and only change
+  the denominator: both modes are ``sum(mask * L)`` over a constant -- the global number of
+  sequences, or ``max_len`` times it (Dr.GRPO, arXiv 2503.20783) -- which OpenRLHF's token-mean
+  branch ``sum(mask * L) / batch_num_tokens * dp_size`` computes when handed that constant;
+* any other registered loss comes from :mod:`rlhf_ext.algorithms` and is reduced by
+  :func:`rlhf_ext.algorithms.aggregate_loss` with OpenRLHF's global counts.
+
+Metrics from the registered loss functions (``clip_frac_low``, ``clip_frac_high``, ...) are
+added to the actor's training status by the wrapped ``ActorPPOTrainer.training_step``, which
+also applies ``--algo.kl.clip`` to the KL loss.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Dict, Optional
+
+import torch
+
+from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss
+
+from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options
+from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
+
+SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def _accepted_kwargs(fn, candidates: Dict[str, object]) -> Dict[str, object]:
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(candidates)
+    return {k: v for k, v in candidates.items() if k in params}
+
+
+def make_policy_loss_class(base, module=None):
+    """Subclass of OpenRLHF's ``PolicyLoss`` (same constructor) that knows every loss and mode."""
+
+    class RlhfExtPolicyLoss(base):
+        __doc__ = (base.__doc__ or "") + "\n    (extended by rlhf_ext: registered losses, four aggregation modes)"
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.loss_agg_mode: Optional[str] = None  # None: OpenRLHF's own token_level_loss choice
+            self.loss_agg_max_len: Optional[int] = None
+            self.loss_options: Dict[str, object] = {}
+            self.last_metrics: Dict[str, torch.Tensor] = {}
+            self._registered_fn = None
+
+        def configure(self, mode: str, *, max_len: Optional[int] = None, options: Optional[Dict] = None):
+            """Select the aggregation ``mode`` (one of ``LOSS_AGG_MODES``) and the loss's extra options."""
+            if mode not in LOSS_AGG_MODES:
+                raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
+            if max_len is not None and not max_len > 0:
+                raise ValueError(f"loss_agg_max_len must be > 0, got {max_len!r}")
+            self.loss_agg_mode = mode
+            self.loss_agg_max_len = max_len
+            self.loss_options = dict(options or {})
+            if self.policy_loss_type in OPENRLHF_POLICY_LOSSES:
+                if self.loss_options:
+                    raise ValueError(
+                        f"--actor.policy_loss_option is for registered losses; OpenRLHF's {self.policy_loss_type!r} "
+                        "takes its settings from --actor.eps_clip_low_high / --actor.dual_clip"
+                    )
+                if mode in SUM_MODES:
+                    self.token_level_loss = True  # the sum branch; the denominator is passed in forward
+                self._registered_fn = None
+                return self
+            self._registered_fn = get_policy_loss(self.policy_loss_type)
+            if self.is_correction_level != "off":
+                raise ValueError(
+                    f"policy loss {self.policy_loss_type!r}: --algo.advantage.is_correction_level is implemented "
+                    "only for OpenRLHF's own 'ppo' loss"
+                )
+            candidates = {"eps_low": self.clip_eps_low, "eps_high": self.clip_eps_high}
+            if self.dual_clip is not None:
+                candidates["dual_clip"] = self.dual_clip
+            self._call_kwargs = {**_accepted_kwargs(self._registered_fn, candidates), **self.loss_options}
+            return self
+
+        def forward(
+            self,
+            log_probs,
+            old_log_probs,
+            advantages,
+            action_mask=None,
+            rollout_log_probs=None,
+            dp_size=1,
+            batch_num_tokens=None,
+            global_batch_size=None,
+        ):
+            mode = self.loss_agg_mode
+            if mode is None:
+                return super().forward(
+                    log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
+                    dp_size, batch_num_tokens, global_batch_size,
+                )  # fmt: skip
+            if action_mask is None:
+                action_mask = torch.ones_like(log_probs, dtype=torch.bool)
+            keep = action_mask.bool().any(dim=-1)  # OpenRLHF's counts leave out empty sequences too
+            if global_batch_size is None:
+                num_seqs, scale = keep.sum().to(torch.float32), 1  # local counts, as OpenRLHF does then
+            else:
+                num_seqs, scale = global_batch_size, dp_size
+
+            if self._registered_fn is None:
+                if mode in SUM_MODES:
+                    denom = num_seqs * (self._max_len(action_mask) if mode == "seq-mean-token-sum-norm" else 1)
+                    out = super().forward(
+                        log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
+                        scale, denom, global_batch_size,
+                    )  # fmt: skip
+                else:
+                    out = super().forward(
+                        log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
+                        dp_size, batch_num_tokens, global_batch_size,
+                    )  # fmt: skip
+                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask, keep)
+                return out
+
+            if not bool(keep.any()):
+                zero = (log_probs * 0).sum()
+                self.last_metrics = {}
+                return zero, zero.detach(), zero.detach(), None, None
+            per_token, metrics = self._registered_fn(
+                log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
+            )
+            num_tokens = batch_num_tokens if global_batch_size is not None else None
+            loss = aggregate_loss(
+                per_token,
+                action_mask[keep],
+                mode,
+                num_tokens=num_tokens,
+                num_seqs=num_seqs,
+                max_len=self._max_len(action_mask),
+            ) * scale
+            self.last_metrics = {k: v.detach() for k, v in metrics.items()}
+            clip_ratio = sum(
+                (metrics[k] for k in ("clip_frac_low", "clip_frac_high") if k in metrics),
+                torch.zeros((), device=log_probs.device),
+            )
+            m = action_mask.to(log_probs.dtype)
+            ppo_kl = metrics.get("ppo_kl", ((old_log_probs - log_probs) * m).sum().detach() / m.sum())
+            return loss, clip_ratio.detach(), ppo_kl.detach(), None, None
+
+        def _max_len(self, action_mask) -> float:
+            return float(self.loss_agg_max_len if self.loss_agg_max_len is not None else action_mask.shape[-1])
+
+        def _side_metrics(self, log_probs, old_log_probs, advantages, action_mask, keep) -> Dict[str, torch.Tensor]:
+            """Low/high clip fractions for OpenRLHF's own losses, from the registered function of the same name."""
+            if not bool(keep.any()):
+                return {}
+            with torch.no_grad():
+                fn = get_policy_loss(self.policy_loss_type)
+                kwargs = {"eps_low": self.clip_eps_low, "eps_high": self.clip_eps_high}
+                if self.dual_clip is not None and self.policy_loss_type == "ppo":
+                    kwargs["dual_clip"] = self.dual_clip
+                try:
+                    _, metrics = fn(
+                        log_probs[keep].detach(), old_log_probs[keep], advantages[keep], action_mask[keep], **kwargs
+                    )
+                except ValueError:  # non-finite inputs: OpenRLHF's loss shows the problem itself
+                    nan = torch.full((), float("nan"))
+                    return {"clip_frac_low": nan, "clip_frac_high": nan}
+            return {k: v for k, v in metrics.items() if k.startswith(("clip_frac", "dual_clip"))}
+
+    RlhfExtPolicyLoss.__name__ = RlhfExtPolicyLoss.__qualname__ = "PolicyLoss"
+    RlhfExtPolicyLoss.__module__ = base.__module__
+    return RlhfExtPolicyLoss
+
+
+def configure_from_args(loss_fn, args) -> None:
+    """Apply ``--actor.loss_agg_mode``, its ``max_len`` and ``--actor.policy_loss_option`` to ``loss_fn``."""
+    if not hasattr(loss_fn, "configure"):
+        return
+    max_len, _ = loss_agg_max_len(args)
+    loss_fn.configure(loss_agg_mode(args), max_len=max_len, options=policy_loss_options(args))
+
+
+def make_trainer_init(original, module=None):
+    @functools.wraps(original)
+    def __init__(self, strategy, *args, **kwargs):
+        original(self, strategy, *args, **kwargs)
+        configure_from_args(self.actor_loss_fn, self.args)
+
+    return __init__
+
+
+def make_training_step(original, module=None):
+    @functools.wraps(original)
+    def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
+        with kl_settings(self.args) as ctx:
+            status = original(self, experience, kl_ctl, step, loss_batch_info)
+        metrics, weights = status["metrics"], status["weights"]
+        for key, value in getattr(self.actor_loss_fn, "last_metrics", {}).items():
+            if key not in metrics:
+                metrics[key] = value.detach().float().reshape(())
+                weights[key] = "token"
+        if ctx.flags:
+            frac = clipped_fraction(ctx.flags[-1], experience.action_mask, per_sample=False)
+            if frac is not None:
+                metrics[KL_CLIP_FRAC_KEY] = frac
+                weights[KL_CLIP_FRAC_KEY] = "token"
+        return status
+
+    return training_step
+

@@ -1,0 +1,95 @@
+"""Carry the plugin into every Ray worker of the job: ``ray.init`` gets the plugin's runtime env.
+
+On a cluster that ``ray.init`` starts itself, workers inherit the driver's environment, which
+already holds ``RLHF_EXT_PLUGINS``. On an existing cluster (``ray.init(address=...)``, or a job
+from ``ray job submit``) workers are started by the cluster's raylets, so the variables must
+travel in the job's ``runtime_env``: the patched ``ray.init`` adds every ``RLHF_EXT_*`` variable
+of the driver to ``runtime_env["env_vars"]`` and sets Ray's ``worker_process_setup_hook`` to
+:func:`rlhf_ext.patches.plugin.ray_worker_setup`. Keys the caller or the submitted job already
+set are left alone (Ray refuses to merge a job's runtime env with a driver's that repeats a key).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+from typing import Dict, Optional
+
+FORWARDED_PREFIX = "RLHF_EXT_"
+SETUP_HOOK = "rlhf_ext.patches.plugin.ray_worker_setup"
+# Set by Ray's job manager for the driver of a submitted job (ray._private.runtime_env.constants).
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def plugin_env_vars(environ=None) -> Dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIX)}
+
+
+def job_runtime_env(environ=None) -> Dict:
+    """The runtime env of the submitted job this driver runs in ({} outside ``ray job submit``)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(JOB_CONFIG_ENV)
+    if not raw:
+        return {}
+    try:
+        return dict(json.loads(raw).get("runtime_env") or {})
+    except (ValueError, AttributeError):
+        return {}
+
+
+def with_plugin_runtime_env(runtime_env: Optional[Dict], environ=None) -> Dict:
+    """``runtime_env`` plus the plugin's env vars and setup hook, never overriding what is set."""
+    env = dict(runtime_env or {})
+    env_vars = dict(env.get("env_vars") or {})
+    job = job_runtime_env(environ)
+    job_vars = job.get("env_vars") or {}
+    for key, value in plugin_env_vars(environ).items():
+        if key not in env_vars and key not in job_vars:
+            env_vars[key] = value
+    if env_vars:
+        env["env_vars"] = env_vars
+    if "worker_process_setup_hook" not in env and "worker_process_setup_hook" not in job:
+        env["worker_process_setup_hook"] = SETUP_HOOK
+    return env
+
+
+def make_ray_init(original):
+    @functools.wraps(original)
+    def init(*args, **kwargs):
+        kwargs["runtime_env"] = with_plugin_runtime_env(kwargs.get("runtime_env"))
+        return original(*args, **kwargs)
+
+    init.__rlhf_ext_patch__ = "ray.init runtime env"
+    return init
+
+
+def patch_ray(ray_module) -> None:
+    """Wrap ``ray.init`` (once); it must take a keyword ``runtime_env``."""
+    original = ray_module.init
+    if getattr(original, "__rlhf_ext_patch__", None):
+        return
+    try:
+        params = inspect.signature(original).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "runtime_env" not in params:
+        from .compat import OpenRLHFCompatibilityError
+
+        raise OpenRLHFCompatibilityError(
+            f"rlhf_ext cannot pass the plugin to Ray workers: ray.init of ray {getattr(ray_module, '__version__', '?')} "
+            "has no runtime_env parameter"
+        )
+    ray_module.init = make_ray_init(original)
+    _patched.append((ray_module, original))
+
+
+_patched = []
+
+
+def undo() -> None:
+    while _patched:
+        module, original = _patched.pop()
+        module.init = original
