@@ -1,1 +1,101 @@
-"""Reward functions (Open-R1 rule rewards) and a math grader safe to run inside a training job."""
+"""Reward functions (Open-R1 rule rewards) and a math grader safe to run inside a training job.
+
+Grading::
+
+    from rlhf_ext.rewards import MathGrader, extract_answer
+
+    with MathGrader(timeout=5.0) as grader:                 # worker pool starts on first use
+        r = grader.grade("... so the answer is \\boxed{\\frac{1}{2}}", "0.5")
+        r.correct, r.extracted                              # True, "1/2"
+        results = grader.grade_batch(responses, golds)      # parallel, input order
+
+Rewards, by name or as a weighted combination::
+
+    from rlhf_ext.rewards import WeightedReward, get_reward
+
+    reward = WeightedReward("accuracy:1.0,format:0.2,truncation:-0.5")   # or the preset "math"
+    out = reward(completions, solutions, truncated=[False, True])
+    out.rewards, out.correct, out.components["format"], out.flags["timeout"]
+
+OpenRLHF: ``--reward.remote_url "$(python -m rlhf_ext.rewards.path)"`` (configured by the
+``RLHF_EXT_REWARD*`` variables, see :mod:`.config`), or ``rlhf-ext reward-server`` for remote
+rollout actors. Third-party rewards register with ``@register_reward`` or the ``rlhf_ext.rewards``
+entry point group. docs/rewards.md has the details.
+
+Importing this package does not import torch or start any process.
+"""
+
+from .extraction import AnswerCandidate, extract_answer, find_answer_candidate, normalize_answer, prepare_gold
+from .grader import GradeResult, MathGrader, default_grader, default_workers
+from .registry import (
+    ENTRY_POINT_GROUP,
+    UnknownRewardError,
+    available_rewards,
+    get_reward,
+    register_reward,
+)
+from .rule_rewards import (
+    accuracy_reward,
+    answer_format_reward,
+    completion_texts,
+    cosine_scaled_reward,
+    format_reward,
+    length_reward,
+    reasoning_steps_reward,
+    repetition_penalty_reward,
+    soft_overlong_punishment_reward,
+    tag_count_reward,
+    truncation_reward,
+)
+from .composite import REWARD_PRESETS, RewardBreakdown, WeightedReward, parse_reward_spec
+from .config import RewardConfig, reward_config_from_env
+from .openrlhf_protocol import RewardScorer, recover_response
+
+
+def __getattr__(name):
+    # Loaded on first use, so that `python -m rlhf_ext.rewards.path` runs without runpy's
+    # "found in sys.modules" warning.
+    if name in ("reward_file_path", "resolve_remote_url"):
+        from . import path
+
+        return getattr(path, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "MathGrader",
+    "GradeResult",
+    "default_grader",
+    "default_workers",
+    "extract_answer",
+    "find_answer_candidate",
+    "normalize_answer",
+    "prepare_gold",
+    "AnswerCandidate",
+    "ENTRY_POINT_GROUP",
+    "UnknownRewardError",
+    "available_rewards",
+    "get_reward",
+    "register_reward",
+    "accuracy_reward",
+    "format_reward",
+    "tag_count_reward",
+    "reasoning_steps_reward",
+    "length_reward",
+    "cosine_scaled_reward",
+    "repetition_penalty_reward",
+    "soft_overlong_punishment_reward",
+    "truncation_reward",
+    "answer_format_reward",
+    "completion_texts",
+    "REWARD_PRESETS",
+    "RewardBreakdown",
+    "WeightedReward",
+    "parse_reward_spec",
+    "RewardConfig",
+    "reward_config_from_env",
+    "RewardScorer",
+    "recover_response",
+    "reward_file_path",
+    "resolve_remote_url",
+]

@@ -1,0 +1,416 @@
+"""MathGrader's batch API against Open-R1's way of grading (a sequential math-verify loop in the main thread).
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/rewards_throughput.py [--timeout 5] [--workers N] [--json out.json]
+
+The corpus is fixed (built deterministically from ../shared/data: MATH-500, GSM8K, AIME 2024/2025,
+AMC 2023 golds): correct answers, equivalent spellings (``\\frac{1}{2}`` / ``0.5`` / ``1/2``, AIME
+``025``, AMC ``27.0``, ``<answer>`` tags, "The answer is", ``#### N``), wrong answers, answers that
+cannot be parsed, and a few pathological ones (``\\boxed{9^{9^{9^{9}}}}`` and friends).
+
+Baseline: Open-R1's accuracy-reward loop -- for each sample, parse the gold, parse the answer, call
+``verify(gold, answer)``, all in the main thread with math-verify's own SIGALRM timeouts (5 s), no
+cache. It runs the same math-verify calls as the grader (:mod:`rlhf_ext.rewards.math_verify_recipe`),
+so the two must agree wherever both finish.
+
+Measured, in one run: samples/s of both and their ratio (on the whole corpus and on the part without
+pathological samples), verdict agreement where neither timed out, per-sample latency p50/p99, and
+the wall time of 64-sample batches that contain pathological samples. The machine may be shared and
+noisy: the load average is printed with the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import re
+import sys
+import time
+from fractions import Fraction
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from rlhf_ext.rewards import MathGrader, default_workers, prepare_gold  # noqa: E402
+from rlhf_ext.rewards.extraction import find_answer_candidate  # noqa: E402
+from rlhf_ext.rewards.math_verify_recipe import parse_answer, parse_gold  # noqa: E402
+
+PATHOLOGICAL = [
+    "Multiplying out, the count is $\\boxed{9^{9^{9^{9}}}}$.",
+    "So the answer is \\boxed{10^{10^{10}}}.",
+    "Hence \\boxed{100!!}.",
+    "The number of orderings is \\boxed{10000000!}.",
+    "We get \\boxed{3^{3^{19}}}.",
+]
+BATCH = 64
+
+
+def _rows(data_dir, name):
+    with open(os.path.join(data_dir, name), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _wrong(answer: str) -> str:
+    if re.fullmatch(r"-?\d+", answer):
+        return str(int(answer) + 1)
+    return answer + "+1"
+
+
+def _equivalent(answer: str, i: int):
+    """Another spelling of ``answer`` that graders should accept, or None."""
+    m = re.fullmatch(r"(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}", answer)
+    if m:
+        value = Fraction(int(m.group(2)), int(m.group(3))) * (-1 if m.group(1) else 1)
+        den = value.denominator
+        while den % 2 == 0:
+            den //= 2
+        while den % 5 == 0:
+            den //= 5
+        if den == 1 and i % 2 == 0:
+            return "The answer is $%s$." % format(float(value), "g")  # 0.5
+        return "<answer>\n%d/%d\n</answer>" % (value.numerator, value.denominator)  # 1/2
+    if re.fullmatch(r"-?\d+", answer):
+        return "The final answer is $%s.0$." % answer if i % 2 == 0 else "<answer>\n%s\n</answer>" % answer
+    return "The answer is $%s$." % answer
+
+
+UNPARSEABLE = ["I am not sure how to finish this.", "The answer is \\boxed{}.", "\\boxed{\\frac{}{}",
+               "Final answer: ???", "<answer>\n</answer>"]
+
+
+def build_corpus(data_dir: str):
+    """[(response, gold, kind)], deterministic."""
+    rng = random.Random(0)
+    out = []
+    for i, row in enumerate(_rows(data_dir, "math500.jsonl")):
+        ans = row["answer"]
+        out.append(("Reasoning step by step ... Therefore, the final answer is $\\boxed{%s}$." % ans, ans, "correct"))
+        out.append(("After some algebra we find \\boxed{%s}." % _wrong(ans), ans, "wrong"))
+        if i % 2 == 0:
+            out.append((_equivalent(ans, i // 2), ans, "equivalent"))
+        else:
+            out.append((UNPARSEABLE[i % len(UNPARSEABLE)], ans, "unparseable"))
+    for i, row in enumerate(_rows(data_dir, "gsm8k_test.jsonl")[:300]):
+        gold = row["answer"]  # the whole GSM8K solution, "... #### N"
+        n = prepare_gold(gold)
+        if i % 2 == 0:
+            out.append(("She earns that much per day.\n#### %s" % n, gold, "correct"))
+        else:
+            out.append(("So the answer is %s." % n, gold, "equivalent"))
+        out.append(("#### %s" % _wrong(n) if re.fullmatch(r"-?\d+", n) else "#### 0", gold, "wrong"))
+    for name in ("aime24.jsonl", "aime25.jsonl"):
+        for row in _rows(data_dir, name):
+            gold = row["answer"]  # "204" (string) or 70 (int)
+            n = int(gold)
+            out.append(("\\boxed{%d}" % n, gold, "correct"))
+            out.append(("\\boxed{%03d}" % n, gold, "equivalent"))  # AIME style "025"
+            out.append(("\\boxed{%d}" % (n + 1), gold, "wrong"))
+    for row in _rows(data_dir, "amc23.jsonl"):
+        gold = row["answer"]  # a float, e.g. 27.0
+        shown = int(gold) if float(gold).is_integer() else gold
+        out.append(("\\boxed{%s}" % shown, gold, "correct"))
+        out.append(("\\boxed{%s}" % repr(float(gold)), gold, "equivalent"))
+        out.append(("\\boxed{%s}" % (shown + 2), gold, "wrong"))
+    rng.shuffle(out)
+    golds = [g for _, g, _ in out]
+    # a few pathological answers, spread through the corpus
+    for j, text in enumerate(PATHOLOGICAL):
+        pos = (j * 2 + 1) * len(out) // (2 * len(PATHOLOGICAL))
+        out.insert(pos, (text, golds[pos * 7 % len(golds)], "pathological"))
+    return out
+
+
+def baseline_grade(response: str, gold) -> bool:
+    """Open-R1's accuracy-reward loop body: parse gold, parse answer, verify(gold, answer); main thread."""
+    from math_verify import verify
+
+    gold_text = prepare_gold(gold)
+    if gold_text is None:
+        return False
+    gold_parsed = parse_gold(gold_text)
+    if not gold_parsed:
+        return False
+    candidate = find_answer_candidate(response)
+    if candidate is None:
+        return False
+    return bool(verify(gold_parsed, parse_answer(candidate.raw)))
+
+
+class _TimeoutCounter(logging.Handler):
+    """Counts math-verify's own "Timeout during ..." warnings: how the baseline knows a sample did not finish."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record):
+        if "Timeout" in record.getMessage():
+            self.count += 1
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process, from /proc (Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _pct(values, q):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
+
+
+def _progress(label, done, total):
+    print(f"\r  {label}: {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+
+def _baseline_slice(data_dir: str, n: int) -> None:
+    """Child mode for the calibration: time the baseline on the first n ordinary samples, print JSON."""
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    corpus = [c for c in build_corpus(data_dir) if c[2] != "pathological"][:n]
+    for response, gold in (("\\boxed{1}", "1"), ("\\boxed{5 \\text{ cm}}", "5"), ("\\boxed{(1,2)}", "(1,2)")):
+        baseline_grade(response, gold)
+    print("ready", flush=True)
+    sys.stdin.readline()  # start together
+    s = time.perf_counter()
+    for response, gold, _ in corpus:
+        baseline_grade(response, gold)
+    print(json.dumps({"wall": time.perf_counter() - s}), flush=True)
+
+
+def parallel_headroom(data_dir: str, procs: int, n: int = 600) -> dict:
+    """How much faster `procs` independent baseline processes are than one, on this machine, now.
+
+    The ceiling for any parallel grader here: on an idle machine with `procs` free cores it is
+    about `procs`; on a shared machine it can be below 1.
+    """
+    import subprocess
+
+    def run(k):
+        children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--data", data_dir,
+                                      "--_baseline-slice", str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True) for _ in range(k)]
+        for c in children:
+            assert c.stdout.readline().strip() == "ready"
+        s = time.perf_counter()
+        for c in children:
+            c.stdin.write("go\n")
+            c.stdin.flush()
+        for c in children:
+            json.loads(c.stdout.readline())
+            c.wait()
+        return time.perf_counter() - s
+
+    single = run(1)
+    parallel = run(procs)
+    return {"processes": procs, "single_wall_s": round(single, 2), "parallel_wall_s": round(parallel, 2),
+            "speedup": round(procs * single / parallel, 2)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=os.path.join(REPO, "..", "shared", "data"), help="benchmark data folder")
+    parser.add_argument("--timeout", type=float, default=5.0, help="grader time limit per sample (s)")
+    parser.add_argument("--workers", type=int, default=None, help="grader workers (default min(CPUs, 8))")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--no-calibration", action="store_true",
+                        help="skip measuring how much parallel speedup this machine allows right now")
+    parser.add_argument("--_baseline-slice", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args._baseline_slice:
+        _baseline_slice(args.data, args._baseline_slice)
+        return 0
+    mv_logger = logging.getLogger("math_verify")
+    mv_logger.setLevel(logging.WARNING)
+    mv_logger.propagate = False
+    timeouts_seen = _TimeoutCounter()
+    mv_logger.addHandler(timeouts_seen)
+
+    corpus = build_corpus(args.data)
+    kinds = {}
+    for _, _, kind in corpus:
+        kinds[kind] = kinds.get(kind, 0) + 1
+    responses = [r for r, _, _ in corpus]
+    golds = [g for _, g, _ in corpus]
+    pathological = [i for i, (_, _, k) in enumerate(corpus) if k == "pathological"]
+    print(f"corpus: {len(corpus)} samples {kinds}", flush=True)
+    load_before = os.getloadavg()
+    workers = args.workers or default_workers()
+    headroom = None if args.no_calibration else parallel_headroom(args.data, workers)
+
+    # Warm-ups, not timed: math-verify's imports and first parse in this process; the grader's
+    # worker processes (started, then idle; gold cache empty).
+    warmup = [("\\boxed{1}", "1"), ("\\boxed{5 \\text{ cm}}", "5"), ("\\boxed{(1,2)}", "(1,2)")]
+    for response, gold in warmup:  # units and intervals import parts of sympy lazily
+        baseline_grade(response, gold)
+
+    def started(timeout):
+        g = MathGrader(timeout=timeout, workers=args.workers).start()
+        g.grade_batch([r for r, _ in warmup] * 4 * g.workers, [gold for _, gold in warmup] * 4 * g.workers)
+        return g
+
+    grader = started(args.timeout)
+
+    # --- baseline: sequential, main thread -----------------------------------------------------
+    base_correct, base_time = [], []
+    t0 = time.perf_counter()
+    base_timeout, base_cpu = [], []
+    for i, (response, gold) in enumerate(zip(responses, golds)):
+        s, c = time.perf_counter(), time.process_time()
+        seen = timeouts_seen.count
+        base_correct.append(baseline_grade(response, gold))
+        base_time.append(time.perf_counter() - s)
+        base_cpu.append(time.process_time() - c)
+        base_timeout.append(timeouts_seen.count > seen)
+        if i % 200 == 199 or i == len(corpus) - 1:
+            _progress("baseline (sequential math-verify)", i + 1, len(corpus))
+    base_wall = time.perf_counter() - t0
+
+    # --- grader: one batch of the whole corpus --------------------------------------------------
+    submitted_at, done_at = [0.0] * len(corpus), [0.0] * len(corpus)
+    t0 = time.perf_counter()
+    futures = []
+    for i, (response, gold) in enumerate(zip(responses, golds)):
+        submitted_at[i] = time.perf_counter()
+        fut = grader.submit(response, gold)
+        fut.add_done_callback(lambda _f, i=i: done_at.__setitem__(i, time.perf_counter()))
+        futures.append(fut)
+    results = [f.result() for f in futures]
+    grader_wall = time.perf_counter() - t0
+    # grade_batch is submit-all-then-wait; the submit loop above is the same, with timestamps.
+    _progress("grader (batch API)", len(corpus), len(corpus))
+
+    both = [i for i in range(len(corpus)) if not base_timeout[i] and not results[i].timeout]
+    agree = sum(base_correct[i] == results[i].correct for i in both)
+    disagreements = [(responses[i][:80], str(golds[i])[:40], base_correct[i], results[i].correct)
+                     for i in both if base_correct[i] != results[i].correct]
+    normal = [i for i in range(len(corpus)) if i not in set(pathological)]
+    base_wall_normal = sum(base_time[i] for i in normal)
+    grader.close()
+
+    # --- grader on the corpus without its pathological samples (fresh pool, cold gold cache) -----
+    grader_normal = started(args.timeout)
+    pids = [w.proc.pid for w in grader_normal._workers]
+    cpu0, s, c = sum(_cpu_seconds(p) for p in pids), time.perf_counter(), time.process_time()
+    results_normal = grader_normal.grade_batch([responses[i] for i in normal], [golds[i] for i in normal])
+    grader_wall_normal = time.perf_counter() - s
+    grader_cpu_normal = sum(_cpu_seconds(p) for p in pids) - cpu0 + (time.process_time() - c)
+    base_cpu_normal = sum(base_cpu[i] for i in normal)
+    grader_normal.close()
+    agree_normal = sum(base_correct[i] == r.correct for i, r in zip(normal, results_normal) if not base_timeout[i])
+
+    # --- batches of 64 containing pathological samples -------------------------------------------
+    grader2 = started(args.timeout)
+    # each pathological sample in its own batch of 64, one batch with two of them, two batches without
+    plans = [[p] for p in pathological] + [pathological[:2], [], []]
+    batch_walls, batch_deltas, batch_base, normal_batch_walls = [], [], [], []
+    for j, bad in enumerate(plans):
+        clean = normal[j * BATCH:(j + 1) * BATCH - len(bad)]
+        members = clean[: len(clean) // 2] + bad + clean[len(clean) // 2:]
+        s = time.perf_counter()
+        grader2.grade_batch([responses[i] for i in members], [golds[i] for i in members])
+        wall = time.perf_counter() - s
+        if bad:  # the same batch without its pathological samples (golds now cached: a lower bound)
+            s = time.perf_counter()
+            grader2.grade_batch([responses[i] for i in clean], [golds[i] for i in clean])
+            batch_walls.append(wall)
+            batch_deltas.append(wall - (time.perf_counter() - s))
+            batch_base.append(sum(base_time[i] for i in members))
+        else:
+            normal_batch_walls.append(wall)
+    # --- one sample at a time (OpenRLHF calls reward_func per sample) ----------------------------
+    single = []
+    for i in normal[:300]:
+        s = time.perf_counter()
+        grader2.grade(responses[i], golds[i])
+        single.append(time.perf_counter() - s)
+    grader2.close()
+    load_after = os.getloadavg()
+
+    latencies = [done_at[i] - submitted_at[i] for i in range(len(corpus))]
+    report = {
+        "corpus": len(corpus), "kinds": kinds, "timeout_s": args.timeout, "workers": grader.workers,
+        "cpus": os.cpu_count(), "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_after": [round(x, 2) for x in load_after],
+        "baseline_wall_s": round(base_wall, 2), "grader_wall_s": round(grader_wall, 2),
+        "baseline_samples_per_s": round(len(corpus) / base_wall, 1),
+        "grader_samples_per_s": round(len(corpus) / grader_wall, 1),
+        "throughput_ratio": round(base_wall / grader_wall, 2),
+        "baseline_wall_without_pathological_s": round(base_wall_normal, 2),
+        "agreement": f"{agree}/{len(both)}", "agreement_pct": round(100 * agree / max(1, len(both)), 3),
+        "disagreements": disagreements[:10],
+        "grader_timeouts": sum(r.timeout for r in results), "baseline_timeouts": sum(base_timeout),
+        "baseline_latency_p50_ms": round(1000 * _pct([base_time[i] for i in normal], 50), 2),
+        "baseline_latency_p99_ms": round(1000 * _pct([base_time[i] for i in normal], 99), 2),
+        "grader_single_latency_p50_ms": round(1000 * _pct(single, 50), 2),
+        "grader_single_latency_p99_ms": round(1000 * _pct(single, 99), 2),
+        "grader_in_batch_latency_p99_s": round(_pct([latencies[i] for i in normal], 99), 2),
+        "pathological_batch_walls_s": [round(w, 2) for w in batch_walls],
+        "pathological_batch_baseline_s": [round(w, 2) for w in batch_base],
+        "worst_pathological_batch_s": round(max(batch_walls), 2),
+        "pathological_batch_extra_s": [round(d, 2) for d in batch_deltas],
+        "worst_pathological_batch_extra_s": round(max(batch_deltas), 2),
+        "normal_batch_walls_s": [round(w, 2) for w in normal_batch_walls],
+    }
+    report["grader_wall_without_pathological_s"] = round(grader_wall_normal, 2)
+    report["throughput_ratio_without_pathological"] = round(base_wall_normal / grader_wall_normal, 2)
+    report["machine_parallel_headroom"] = headroom
+    report["baseline_cpu_ms_per_sample"] = round(1000 * base_cpu_normal / len(normal), 3)
+    report["grader_cpu_ms_per_sample"] = round(1000 * grader_cpu_normal / len(normal), 3)
+    report["agreement_without_pathological"] = f"{agree_normal}/{sum(not base_timeout[i] for i in normal)}"
+
+    print()
+    print(f"corpus {len(corpus)} samples, timeout {args.timeout:g}s, {grader.workers} workers on "
+          f"{os.cpu_count()} CPUs; load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
+    print(f"{'':38s}{'baseline':>14s}{'MathGrader':>14s}{'ratio':>8s}")
+    print(f"{'samples/s (whole corpus)':38s}{len(corpus) / base_wall:14.1f}{len(corpus) / grader_wall:14.1f}"
+          f"{base_wall / grader_wall:8.2f}x")
+    print(f"{'wall s (whole corpus)':38s}{base_wall:14.2f}{grader_wall:14.2f}")
+    print(f"{'wall s without pathological':38s}{base_wall_normal:14.2f}{grader_wall_normal:14.2f}"
+          f"{base_wall_normal / grader_wall_normal:8.2f}x")
+    print(f"{'CPU ms per sample (all processes)':38s}{report['baseline_cpu_ms_per_sample']:14.2f}"
+          f"{report['grader_cpu_ms_per_sample']:14.2f}"
+          f"{report['baseline_cpu_ms_per_sample'] / max(1e-9, report['grader_cpu_ms_per_sample']):8.2f}x")
+    print(f"{'per-sample latency p50 / p99 (ms)':38s}"
+          f"{report['baseline_latency_p50_ms']:7.1f}/{report['baseline_latency_p99_ms']:<6.1f}"
+          f"{report['grader_single_latency_p50_ms']:7.1f}/{report['grader_single_latency_p99_ms']:<6.1f}")
+    if headroom:
+        print(f"machine headroom now: {headroom['processes']} independent baseline processes run "
+              f"{headroom['speedup']:.2f}x the throughput of one (the ceiling for any parallel grader here)")
+    print(f"verdict agreement where both finished: {agree}/{len(both)} ({report['agreement_pct']}%); "
+          f"timeouts: baseline {sum(base_timeout)}, grader {report['grader_timeouts']}")
+    print(f"64-sample batches with pathological samples: grader {report['pathological_batch_walls_s']} s "
+          f"(worst {report['worst_pathological_batch_s']} s, limit + 1 = {args.timeout + 1:g} s); "
+          f"baseline on the same batches {report['pathological_batch_baseline_s']} s; "
+          f"batches without: {report['normal_batch_walls_s']} s")
+    print(f"time the pathological samples added to their batch: {report['pathological_batch_extra_s']} s "
+          f"(worst {report['worst_pathological_batch_extra_s']} s)")
+    goals = {
+        "throughput >= 1.8x (without pathological)": report["throughput_ratio_without_pathological"] >= 1.8,
+        "100% agreement": agree == len(both) and report["agreement_without_pathological"].split("/")[0]
+        == report["agreement_without_pathological"].split("/")[1],
+        "worst pathological batch <= limit + 1 s": max(batch_walls) <= args.timeout + 1,
+        "time added by pathological samples <= limit + 1 s": max(batch_deltas) <= args.timeout + 1,
+    }
+    for goal, ok in goals.items():
+        print(f"  {'PASS' if ok else 'MISS'}  {goal}")
+    if disagreements:
+        print("disagreements:", disagreements[:10])
+    report["goals"] = goals
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The ``rlhf-ext`` command: one subcommand per tool.
+
+Each subcommand lives in a ``_add_<name>(subparsers)`` function that declares its arguments and
+sets ``handler``; add a new one by writing such a function and listing it in ``_SUBCOMMANDS``.
+Handlers import their implementation lazily, so ``rlhf-ext --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535 (0 = any free port), got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+# --- reward-server -------------------------------------------------------------------------------
+
+
+def _add_reward_server(subparsers) -> None:
+    p = subparsers.add_parser(
+        "reward-server",
+        help="serve math rewards over HTTP for OpenRLHF's --reward.remote_url",
+        description=(
+            "Serve rule rewards over HTTP with OpenRLHF's remote reward protocol: POST "
+            '{"query": [...], "prompts": [...], "labels": [...]} to /get_reward and get '
+            '{"rewards", "scores", "extra_logs"} back; GET /health for status. Point rollout actors '
+            "on other nodes at it with --reward.remote_url http://HOST:PORT/get_reward. Flags not "
+            "given fall back to the RLHF_EXT_REWARD* environment variables, then to the defaults. "
+            "SIGINT/SIGTERM finish the requests in flight, then exit."
+        ),
+    )
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind; 0.0.0.0 to serve other nodes (default: 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=5000,
+                   help="port to bind; 0 = any free port, printed at start (default: 5000)")
+    p.add_argument("--workers", type=_positive_int, default=None,
+                   help="grader worker processes (default: RLHF_EXT_REWARD_WORKERS, else min(CPUs, 8))")
+    p.add_argument("--timeout", type=_positive_float, default=None,
+                   help="hard time limit per sample in seconds (default: RLHF_EXT_REWARD_TIMEOUT, else 5)")
+    p.add_argument("--reward", default=None,
+                   help="weighted spec like 'accuracy:1.0,format:0.2,truncation:-0.5' or a preset: math, open_r1 "
+                        "(default: RLHF_EXT_REWARD, else math)")
+    p.add_argument("--max-pending", type=_positive_int, default=1024,
+                   help="requests admitted at once; more get 503 + Retry-After (default: 1024)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log level (default: INFO)")
+    p.set_defaults(handler=_run_reward_server)
+
+
+def _run_reward_server(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .rewards.config import reward_config_from_env
+    from .rewards.server import serve
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = reward_config_from_env()
+        overrides = {k: v for k, v in (("reward", args.reward), ("timeout", args.timeout),
+                                       ("workers", args.workers)) if v is not None}
+        config = dataclasses.replace(config, **overrides).validate()
+    except ValueError as exc:
+        print(f"rlhf-ext reward-server: error: {exc}", file=sys.stderr)
+        return 2
+
+    def ready(server) -> None:
+        print(f"rlhf-ext reward-server: listening on {server.url} (POST /get_reward, GET /health); "
+              f"reward={config.reward} timeout={config.timeout:g}s", flush=True)
+
+    try:
+        serve(config, args.host, args.port, max_pending=args.max_pending, on_ready=ready)
+    except OSError as exc:
+        print(f"rlhf-ext reward-server: error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --- reward-file ---------------------------------------------------------------------------------
+
+
+def _add_reward_file(subparsers) -> None:
+    p = subparsers.add_parser(
+        "reward-file",
+        help="print the path of the OpenRLHF reward file (for --reward.remote_url)",
+        description="Print the absolute path of rlhf_ext's OpenRLHF reward file, e.g. "
+                    '--reward.remote_url "$(rlhf-ext reward-file)". Configure it with RLHF_EXT_REWARD*.',
+    )
+    p.set_defaults(handler=_run_reward_file)
+
+
+def _run_reward_file(args: argparse.Namespace) -> int:
+    from .rewards.path import reward_file_path
+
+    print(reward_file_path())
+    return 0
+
+
+_SUBCOMMANDS = (_add_reward_server, _add_reward_file)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlhf-ext",
+        description="rlhf_ext tools for RL fine-tuning with OpenRLHF (and friends).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for add in _SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,683 @@
+"""MathGrader: math-verify verdicts from any thread or process, with a hard per-sample time limit.
+
+Why a pool of worker processes, and not math-verify in the caller:
+
+* math-verify's timeouts use SIGALRM, which only works in a main thread: OpenRLHF calls
+  ``reward_func`` from ``asyncio.to_thread`` workers, where ``parse`` raises ``ValueError``.
+* With those timeouts off, one answer such as ``\\boxed{9^{9^{9^{9}}}}`` can compute forever
+  (math-verify issue #65), and a signal cannot interrupt work done inside one C call anyway.
+
+So each sample runs in the main thread of a worker process (math-verify's own timeouts work there,
+keeping its verdicts), and a dispatcher thread in the caller's process kills and replaces any worker
+whose sample overruns ``timeout`` seconds. That sample is scored wrong with ``timeout=True``; the
+other workers keep going, so one hostile sample delays no other sample by more than the limit.
+A spare worker is kept warm so a replacement is instant.
+
+Workers are fresh interpreters started with ``subprocess`` (see :mod:`._worker`), talk JSON over
+pipes, die with their parent, and are started lazily on first use and stopped by :meth:`close` or at
+interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import math
+import os
+import selectors
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import OrderedDict, deque
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from typing import Deque, Dict, List, Optional, Sequence
+
+from .extraction import extract_answer, prepare_gold
+
+logger = logging.getLogger(__name__)
+
+_BOOTSTRAP = "from rlhf_ext.rewards._worker import main; main()"
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A worker that has not said "ready" by then is stuck (e.g. a hung filesystem) and is replaced.
+_START_TIMEOUT_S = 60.0
+# This many workers in a row dying before "ready" means they cannot start (broken install).
+_MAX_START_FAILURES = 3
+_BAD_GOLD_MEMORY = 4096
+# A second sample is queued in a busy worker's pipe only if it surely fits the pipe buffer (64 KiB
+# on Linux): a blocking write to a worker stuck on a hostile sample would stall the dispatcher.
+_PIPELINE_MAX_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The verdict on one response.
+
+    ``correct``: math-verify says the final answer equals the gold.
+    ``extracted``: the response's final answer, normalized (a majority-vote key); None if it states none.
+    ``gold_parsed``: the gold yielded an answer math-verify could parse; when False the sample is
+    scored wrong and should be reported, not trained on as if the model erred.
+    ``timeout``: grading overran the time limit and was killed (scored wrong).
+    ``error``: why grading failed, if it did (scored wrong).
+    """
+
+    correct: bool
+    extracted: Optional[str]
+    gold_parsed: bool
+    timeout: bool = False
+    error: Optional[str] = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_workers() -> int:
+    """min(usable CPUs, 8): math-verify is single-threaded CPU work."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8))
+
+
+class _Task:
+    __slots__ = ("id", "response", "gold_text", "future", "started", "rescued", "_payload")
+
+    def __init__(self, task_id: int, response: str, gold_text: Optional[str], future: Future):
+        self.id = task_id
+        self.response = response
+        self.gold_text = gold_text
+        self.future = future
+        self.started = False  # future set running (it stays so when requeued after a worker died)
+        self.rescued = False  # copied back to the queue from behind a slow sample
+        self._payload: Optional[bytes] = None
+
+    @property
+    def payload(self) -> bytes:
+        if self._payload is None:
+            self._payload = json.dumps([self.id, self.response, self.gold_text]).encode()
+        return self._payload
+
+
+class _Worker:
+    """A worker process as the dispatcher sees it.
+
+    ``inflight[0]`` is the sample being graded, since ``head_started``, with ``deadline``;
+    ``inflight[1]`` (if any) waits in the pipe so that the worker never idles for a round trip
+    between samples.
+    """
+
+    __slots__ = ("proc", "requests", "replies", "ready", "inflight", "deadline", "head_started", "started",
+                 "golds_parsed", "gold_done", "_timeout")
+
+    def __init__(self, proc: subprocess.Popen, requests: Connection, replies: Connection, timeout: float):
+        self._timeout = timeout
+        self.proc = proc
+        self.requests = requests
+        self.replies = replies
+        self.ready = False
+        self.inflight: Deque[_Task] = deque()
+        self.deadline = math.inf
+        self.head_started = math.inf
+        self.started = time.monotonic()
+        self.golds_parsed: set = set()
+        self.gold_done = False
+
+    @property
+    def task(self) -> Optional[_Task]:
+        return self.inflight[0] if self.inflight else None
+
+    def begin_next(self) -> None:
+        """Start the clock on the sample now at the head of ``inflight``."""
+        task = self.task
+        if task is None:
+            self.deadline = self.head_started = math.inf
+            return
+        self.head_started = time.monotonic()
+        self.deadline = self.head_started + self._timeout
+        self.gold_done = task.gold_text in self.golds_parsed
+
+
+_LIVE_GRADERS: "weakref.WeakSet[MathGrader]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_graders() -> None:
+    for grader in list(_LIVE_GRADERS):
+        try:
+            grader.close()
+        except Exception:
+            pass
+
+
+class MathGrader:
+    """Grade responses against golds with math-verify in a pool of killable worker processes.
+
+    ``timeout``: hard limit in seconds for one sample on a worker (queueing time not counted).
+    ``workers``: samples graded at once; None -> :func:`default_workers`.
+    ``spare_workers``: extra idle processes kept warm to replace a killed worker at once.
+    ``memory_limit_mb``: address-space limit of each worker (a hostile ``10^{10^{10}}`` then fails
+    with MemoryError instead of eating the node's memory); 0 disables it.
+
+    Thread-safe; usable as a context manager; pickles as its configuration (a copy starts its own
+    pool). Future callbacks (``submit(...).add_done_callback``) run on the grader's dispatcher
+    thread: keep them short.
+    """
+
+    def __init__(self, timeout: float = 5.0, workers: Optional[int] = None, *, spare_workers: int = 1,
+                 memory_limit_mb: int = 4096):
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+                or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
+        if isinstance(spare_workers, bool) or not isinstance(spare_workers, int) or spare_workers < 0:
+            raise ValueError(f"spare_workers must be a non-negative integer, got {spare_workers!r}")
+        if isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, int) or memory_limit_mb < 0:
+            raise ValueError(f"memory_limit_mb must be a non-negative integer (0 = no limit), got {memory_limit_mb!r}")
+        if memory_limit_mb and memory_limit_mb < 512:
+            raise ValueError(f"memory_limit_mb={memory_limit_mb} is too small for Python with sympy (use >= 512)")
+        self.timeout = float(timeout)
+        # A sample running longer than this is "slow": it stops counting against `workers` (the spare
+        # may start another one) and samples queued behind it in its worker's pipe are sent elsewhere.
+        self._slow_after = max(0.2, min(1.0, self.timeout / 5))
+        self.workers = workers if workers is not None else default_workers()
+        self.spare_workers = spare_workers
+        self.memory_limit_mb = memory_limit_mb
+        self._init_state()
+        _LIVE_GRADERS.add(self)
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _init_state(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._queue: Deque[_Task] = deque()
+        self._next_id = 0
+        self._thread: Optional[threading.Thread] = None
+        self._closing = False
+        self._closed = False
+        self._broken: Optional[str] = None
+        self._wake_r, self._wake_w = None, None
+        self._wake_pending = False
+        self._workers: List[_Worker] = []
+        self._start_failures = 0
+        self._bad_golds: "OrderedDict[str, str]" = OrderedDict()
+        self._stats = {"submitted": 0, "completed": 0, "timeouts": 0, "errors": 0, "workers_started": 0,
+                       "workers_replaced": 0}
+
+    def _check_process(self) -> None:
+        # After fork() the child has this object but not its thread or workers: start afresh there.
+        if self._pid != os.getpid():
+            self._init_state()
+
+    def __getstate__(self):
+        return {"timeout": self.timeout, "workers": self.workers, "spare_workers": self.spare_workers,
+                "memory_limit_mb": self.memory_limit_mb}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __enter__(self) -> "MathGrader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self._thread else "not started")
+        return f"MathGrader(timeout={self.timeout}, workers={self.workers}, {state})"
+
+    # --- public API ----------------------------------------------------------------------------
+
+    def start(self, wait_ready: bool = True, timeout: float = 120.0) -> "MathGrader":
+        """Start the pool now instead of on first use; with ``wait_ready``, block until workers can grade."""
+        self._check_process()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("MathGrader is closed")
+            self._ensure_thread()
+        if wait_ready:
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                if self._broken:
+                    raise RuntimeError(self._broken)
+                if sum(1 for w in list(self._workers) if w.ready) >= self.workers:
+                    break
+                time.sleep(0.02)
+        return self
+
+    def submit(self, response: str, gold) -> "Future[GradeResult]":
+        """Queue one sample; the future always resolves to a :class:`GradeResult` (never an exception)."""
+        if not isinstance(response, str):
+            raise TypeError(f"response must be a str, got {type(response).__name__}")
+        return self._submit_many([response], [gold])[0]
+
+    def grade(self, response: str, gold) -> GradeResult:
+        """Grade one sample, blocking; never raises for a bad sample."""
+        return self.submit(response, gold).result()
+
+    def grade_batch(self, responses: Sequence[str], golds: Sequence) -> List[GradeResult]:
+        """Grade many samples in parallel across the workers; results in input order."""
+        responses, golds = list(responses), list(golds)
+        if len(responses) != len(golds):
+            raise ValueError(f"grade_batch needs one gold per response: got {len(responses)} responses "
+                             f"and {len(golds)} golds")
+        for i, r in enumerate(responses):
+            if not isinstance(r, str):
+                raise TypeError(f"responses[{i}] must be a str, got {type(r).__name__}")
+        if not responses:
+            return []
+        return [f.result() for f in self._submit_many(responses, golds)]
+
+    def close(self, wait: bool = True) -> None:
+        """Stop the workers; samples not yet graded resolve as errors. Idempotent."""
+        if self._pid != os.getpid():
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self._closing = True
+            self._closed = True
+            thread = self._thread
+            self._poke()
+        if thread is not None and wait and thread is not threading.current_thread():
+            thread.join(timeout=30)
+        elif thread is None:
+            self._fail_all("grader closed")
+        _LIVE_GRADERS.discard(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stats(self) -> Dict[str, int]:
+        """Counters: submitted, completed, timeouts, errors, workers_started, workers_replaced, queued, alive."""
+        out = dict(self._stats)
+        out["queued"] = len(self._queue)
+        out["alive"] = sum(1 for w in list(self._workers) if w.proc.poll() is None)
+        return out
+
+    # --- submission ----------------------------------------------------------------------------
+
+    def _submit_many(self, responses: Sequence[str], golds: Sequence) -> List["Future[GradeResult]"]:
+        self._check_process()
+        futures: List[Future] = []
+        immediate = []  # (future, response, error): answered here, without a worker
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("MathGrader is closed")
+            for response, gold in zip(responses, golds):
+                fut: Future = Future()
+                futures.append(fut)
+                self._stats["submitted"] += 1
+                if self._broken:
+                    immediate.append((fut, response, self._broken))
+                    continue
+                try:
+                    gold_text = prepare_gold(gold)
+                except Exception as exc:  # an exotic gold object must not break the batch
+                    gold_text = None
+                    logger.debug("prepare_gold failed: %r", exc)
+                if gold_text is None:
+                    immediate.append((fut, response, "the gold states no answer"))
+                    continue
+                bad = self._bad_golds.get(gold_text)
+                if bad is not None:
+                    immediate.append((fut, response, bad))
+                    continue
+                self._queue.append(_Task(self._next_id, response, gold_text, fut))
+                self._next_id += 1
+            if len(immediate) < len(futures):
+                self._ensure_thread()
+                self._poke()
+            self._stats["completed"] += len(immediate)
+            self._stats["errors"] += len(immediate)
+        for fut, response, why in immediate:
+            fut.set_running_or_notify_cancel()
+            fut.set_result(GradeResult(False, _safe_extract(response), False, False, why))
+        return futures
+
+    def _ensure_thread(self) -> None:  # caller holds self._lock
+        if self._thread is None:
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_w, False)
+            self._thread = threading.Thread(target=self._run, name="rlhf-ext-grader", daemon=True)
+            self._thread.start()
+
+    def _poke(self) -> None:  # caller holds self._lock
+        if self._wake_w is not None and not self._wake_pending:
+            self._wake_pending = True
+            try:
+                os.write(self._wake_w, b"x")
+            except (BlockingIOError, OSError):
+                pass
+
+    # --- dispatcher thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        try:
+            self._loop()
+        except BaseException as exc:  # never leave callers waiting on futures that cannot resolve
+            logger.exception("rlhf_ext grader dispatcher crashed")
+            self._broken = f"grader dispatcher crashed: {type(exc).__name__}: {exc}"
+        finally:
+            self._stop_workers()
+            self._fail_all(self._broken or "grader closed")
+            self._selector.close()
+            for fd in (self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except (OSError, TypeError):
+                    pass
+
+    def _loop(self) -> None:
+        while True:
+            if self._closing or self._broken:
+                return
+            self._maintain_pool()
+            self._dispatch()
+            for key, _ in self._selector.select(self._wait_time()):
+                worker = key.data
+                if worker is None:
+                    with self._lock:
+                        self._wake_pending = False
+                        try:
+                            os.read(self._wake_r, 4096)
+                        except BlockingIOError:
+                            pass
+                elif worker in self._workers:
+                    self._read_replies(worker)
+            self._enforce_deadlines()
+
+    def _wait_time(self) -> Optional[float]:
+        deadlines = [w.deadline for w in self._workers if w.task is not None]
+        # wake when a running sample turns slow, to rescue what waits behind it or use the spare
+        deadlines += [w.head_started + self._slow_after for w in self._workers
+                      if w.task is not None and w.head_started + self._slow_after > time.monotonic()]
+        starting = [w.started + _START_TIMEOUT_S for w in self._workers if not w.ready]
+        soonest = min(deadlines + starting, default=None)
+        if soonest is None:
+            return None
+        return max(0.0, soonest - time.monotonic())
+
+    def _spawn(self) -> None:
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(res_w), str(os.getpid()), str(self.memory_limit_mb)],
+                pass_fds=(req_r, res_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+            )
+        except Exception:
+            for fd in (req_r, req_w, res_r, res_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (req_r, res_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        worker = _Worker(proc, Connection(req_w, readable=False), Connection(res_r, writable=False), self.timeout)
+        self._workers.append(worker)
+        self._selector.register(worker.replies, selectors.EVENT_READ, worker)
+        self._stats["workers_started"] += 1
+
+    def _maintain_pool(self) -> None:
+        target = self.workers + self.spare_workers
+        while len(self._workers) < target:
+            try:
+                self._spawn()
+            except Exception as exc:
+                self._broken = f"cannot start grader workers ({sys.executable}): {type(exc).__name__}: {exc}"
+                return
+
+    def _dispatch(self) -> None:
+        now = time.monotonic()
+        fresh = 0  # workers whose current sample is not (yet) slow
+        for w in self._workers:
+            if not w.inflight:
+                continue
+            if now - w.head_started < self._slow_after:
+                fresh += 1
+                continue
+            if len(w.inflight) > 1:
+                # Samples waiting behind a slow one would wait up to the whole time limit: copy them
+                # to the front of the queue; whichever copy finishes first answers (see _resolve).
+                with self._lock:
+                    for task in reversed(list(w.inflight)[1:]):
+                        if not task.rescued:
+                            task.rescued = True
+                            self._queue.appendleft(task)
+        while True:
+            with self._lock:
+                if not self._queue:
+                    return
+                task = self._queue[0]
+            if task.future.done():  # a rescued copy that its first worker answered meanwhile
+                with self._lock:
+                    self._queue.popleft()
+                continue
+            payload = task.payload
+            # An idle worker first (while fewer than `workers` samples run fresh), else a second slot
+            # behind a sample that is not slow.
+            worker = None
+            if fresh < self.workers:
+                worker = next((w for w in self._workers if w.ready and not w.inflight), None)
+            if worker is None and len(payload) <= _PIPELINE_MAX_BYTES:
+                worker = next((w for w in self._workers if w.ready and len(w.inflight) == 1
+                               and now - w.head_started < self._slow_after), None)
+            if worker is None:
+                return
+            with self._lock:
+                self._queue.popleft()
+            if not task.started:
+                if not task.future.set_running_or_notify_cancel():
+                    continue  # cancelled by the caller
+                task.started = True
+            bad = self._bad_golds.get(task.gold_text)
+            if bad is not None:
+                self._resolve(task, GradeResult(False, _safe_extract(task.response), False, False, bad))
+                continue
+            try:
+                worker.requests.send_bytes(payload)
+            except OSError:
+                with self._lock:
+                    self._queue.appendleft(task)
+                self._worker_died(worker)
+                continue
+            worker.inflight.append(task)
+            if len(worker.inflight) == 1:
+                worker.begin_next()
+                fresh += 1
+
+    def _read_replies(self, worker: _Worker) -> None:
+        while True:
+            try:
+                message = json.loads(worker.replies.recv_bytes())
+            except (EOFError, OSError, ValueError):
+                self._worker_died(worker)
+                return
+            self._on_message(worker, message)
+            try:
+                if not worker.replies.poll():
+                    return
+            except (EOFError, OSError):
+                self._worker_died(worker)
+                return
+
+    def _on_message(self, worker: _Worker, message: list) -> None:
+        if message[0] == "ready":
+            worker.ready = True
+            self._start_failures = 0
+            return
+        if message[0] == "g":
+            if worker.task is not None and worker.task.id == message[1]:
+                worker.gold_done = True
+                worker.golds_parsed.add(worker.task.gold_text)
+            return
+        task_id, correct, extracted, gold_parsed, error = message
+        task = worker.task
+        if task is None or task.id != task_id:
+            return
+        worker.inflight.popleft()
+        worker.begin_next()
+        self._resolve(task, GradeResult(bool(correct), extracted, bool(gold_parsed), False, error))
+
+
+    def _enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if worker.task is not None and now >= worker.deadline:
+                running = worker.task
+                try:  # the verdict may have arrived while we were busy elsewhere
+                    if worker.replies.poll():
+                        self._read_replies(worker)
+                        if worker not in self._workers or worker.task is not running:
+                            continue
+                except (EOFError, OSError):
+                    self._worker_died(worker)
+                    continue
+                task = worker.inflight.popleft()
+                gold_phase_done = worker.gold_done
+                self._requeue_inflight(worker)
+                self._remove(worker, reason="timeout")
+                if not gold_phase_done:
+                    # The gold itself is hostile: remember it, so its other samples cost nothing.
+                    self._remember_bad_gold(task.gold_text, f"parsing the gold timed out after {self.timeout:g}s")
+                if not task.future.done():
+                    self._stats["timeouts"] += 1
+                self._resolve(task, GradeResult(False, _safe_extract(task.response), gold_phase_done, True,
+                                                f"timed out after {self.timeout:g}s"))
+            elif not worker.ready and now >= worker.started + _START_TIMEOUT_S:
+                logger.warning("rlhf_ext grader worker %s did not start within %ss; replacing it",
+                               worker.proc.pid, _START_TIMEOUT_S)
+                self._remove(worker, reason="stuck")
+
+    def _remember_bad_gold(self, gold_text: str, why: str) -> None:
+        with self._lock:
+            self._bad_golds[gold_text] = why
+            while len(self._bad_golds) > _BAD_GOLD_MEMORY:
+                self._bad_golds.popitem(last=False)
+
+    def _requeue_inflight(self, worker: _Worker) -> None:
+        """Give samples that were sent to ``worker`` but not started back to the front of the queue."""
+        with self._lock:
+            while worker.inflight:
+                task = worker.inflight.pop()
+                if not task.rescued and not task.future.done():  # a rescued copy is queued already
+                    self._queue.appendleft(task)
+
+    def _worker_died(self, worker: _Worker) -> None:
+        if worker not in self._workers:
+            return
+        task = worker.inflight.popleft() if worker.inflight else None
+        self._requeue_inflight(worker)
+        was_ready = worker.ready
+        self._remove(worker, reason="died")
+        code = worker.proc.returncode
+        if not was_ready:
+            self._start_failures += 1
+            if self._start_failures >= _MAX_START_FAILURES:
+                self._broken = (f"grader workers exit before they are ready (exit code {code}); run "
+                                f"`{sys.executable} -c \"import math_verify\"` to see why")
+        if task is not None:
+            self._resolve(task, GradeResult(False, _safe_extract(task.response), worker.gold_done, False,
+                                            f"grader worker exited unexpectedly (exit code {code})"))
+
+    def _remove(self, worker: _Worker, reason: str) -> None:
+        if worker in self._workers:
+            self._workers.remove(worker)
+            self._stats["workers_replaced"] += 1
+        self._unregister(worker)
+        _kill(worker)
+
+    def _unregister(self, worker: _Worker) -> None:
+        try:
+            self._selector.unregister(worker.replies)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _resolve(self, task: _Task, result: GradeResult) -> None:
+        if task.future.done():  # the other copy of a rescued sample answered first
+            return
+        with self._lock:
+            self._stats["completed"] += 1
+            if result.error is not None:
+                self._stats["errors"] += 1
+        try:
+            task.future.set_result(result)
+        except Exception:  # already resolved or cancelled
+            pass
+
+    def _stop_workers(self) -> None:
+        workers, self._workers = list(self._workers), []
+        for worker in workers:
+            try:
+                worker.requests.close()  # EOF: an idle worker exits by itself
+            except OSError:
+                pass
+        deadline = time.monotonic() + 1.0
+        for worker in workers:
+            if not worker.inflight:
+                try:
+                    worker.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+            while worker.inflight:
+                self._resolve(worker.inflight.popleft(), GradeResult(False, None, False, False, "grader closed"))
+            self._unregister(worker)
+            _kill(worker)
+
+    def _fail_all(self, why: str) -> None:
+        with self._lock:
+            tasks, self._queue = list(self._queue), deque()
+        for task in tasks:
+            if task.started or task.future.set_running_or_notify_cancel():
+                self._resolve(task, GradeResult(False, None, False, False, why))
+
+
+def _kill(worker: _Worker) -> None:
+    for conn in (worker.requests, worker.replies):
+        try:
+            conn.close()
+        except OSError:
+            pass
+    if worker.proc.poll() is None:
+        try:
+            worker.proc.kill()
+        except OSError:
+            pass
+    try:
+        worker.proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+        logger.warning("rlhf_ext grader worker %s did not exit after SIGKILL", worker.proc.pid)
+
+
+def _safe_extract(response) -> Optional[str]:
+    try:
+        return extract_answer(response) if isinstance(response, str) else None
+    except Exception:
+        return None
+
+
+_default_grader: Optional[MathGrader] = None
+_default_grader_lock = threading.Lock()
+
+
+def default_grader() -> MathGrader:
+    """The process-wide grader that reward functions use when none is passed (timeout 5 s, default workers)."""
+    global _default_grader
+    with _default_grader_lock:
+        if _default_grader is None or _default_grader.closed or _default_grader._pid != os.getpid():
+            _default_grader = MathGrader()
+        return _default_grader

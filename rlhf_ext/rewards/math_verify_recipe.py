@@ -1,0 +1,99 @@
+"""How a response is graded against a gold with math-verify: the exact calls, in one place.
+
+Open-R1's ``accuracy_reward`` (huggingface/open-r1, ``src/open_r1/rewards.py``) is the model:
+
+* the answer is parsed with LaTeX extraction only, Open-R1's normalization (``nits=False,
+  malformed_operators=False, basic_latex=True, boxed="all", units=True``), ``boxed_match_priority=0``,
+  ``try_extract_without_anchor=False``, ``extraction_mode="first_match"``;
+* the gold is parsed with math-verify's default LaTeX extraction, ``extraction_mode="first_match"``;
+* ``verify(gold, answer)``: gold first (verify is not symmetric).
+
+Deliberate differences, each for a reason:
+
+* math-verify sees the final answer found by :mod:`~rlhf_ext.rewards.extraction` wrapped as
+  ``\\boxed{...}``, not the whole response. So "the last ``\\boxed{}``" counts (math-verify's
+  ``boxed="all"`` would join every boxed expression of the response into a set), and ``<answer>``
+  tags, "The answer is 42" and ``#### 42`` answers are graded (Open-R1 finds no answer in them).
+* Golds go through :func:`~rlhf_ext.rewards.extraction.prepare_gold` (GSM8K ``####``, a solution's
+  last ``\\boxed{}``, JSON numbers) and are parsed as ``\\boxed{gold}``; Open-R1 expects LaTeX golds.
+* No ``ExprExtractionConfig`` anywhere: it runs sympy's ``parse_expr`` (an ``eval``) on the matched
+  text. LaTeX extraction goes through latex2sympy's ANTLR parser, which evaluates nothing.
+* ``equations=True`` is left out of the normalization: math-verify 0.9 deprecated it (the parser
+  handles equations itself) and warns on every call.
+
+math-verify's own timeouts stay at their defaults (``parsing_timeout=5``, ``timeout_seconds=5``):
+they use SIGALRM, which works in the main thread of a grader worker process, so a sample that
+math-verify can interrupt gets exactly math-verify's verdict. The grader's hard per-sample limit
+(killing the worker) covers what SIGALRM cannot interrupt.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from latex2sympy2_extended import NormalizationConfig
+from math_verify import LatexExtractionConfig, parse, verify
+
+from .extraction import find_answer_candidate, normalize_answer, prepare_gold
+
+ANSWER_EXTRACTION = [
+    LatexExtractionConfig(
+        normalization_config=NormalizationConfig(
+            nits=False,
+            malformed_operators=False,
+            basic_latex=True,
+            boxed="all",
+            units=True,
+        ),
+        boxed_match_priority=0,
+        try_extract_without_anchor=False,
+    )
+]
+GOLD_EXTRACTION = [LatexExtractionConfig()]
+
+
+def parse_gold(gold_text: str) -> List:
+    """math-verify's parse of a prepared gold (see :func:`prepare_gold`); an empty list if it fails."""
+    return parse("\\boxed{" + gold_text + "}", extraction_config=GOLD_EXTRACTION, extraction_mode="first_match")
+
+
+def parse_answer(raw_answer: str) -> List:
+    """math-verify's parse of a final answer as written in the response."""
+    return parse("\\boxed{" + raw_answer + "}", extraction_config=ANSWER_EXTRACTION, extraction_mode="first_match")
+
+
+def grade_response(response: str, gold_text: Optional[str], gold_cache: Optional[Dict[str, List]] = None,
+                   on_gold_parsed=None, verdict_cache: Optional[Dict] = None) -> Dict:
+    """Grade one response in this thread: ``{"correct", "extracted", "gold_parsed"}``.
+
+    ``gold_text`` is :func:`prepare_gold`'s output. ``gold_cache`` maps it to its parse, so a gold is
+    parsed once per process; ``verdict_cache`` maps (gold, answer as written) to the verdict, so the
+    same final answer to the same problem (common among a GRPO group's samples) is verified once. ``on_gold_parsed()`` is called after a gold was parsed anew (the grader
+    uses it to learn which phase a sample that overran its time limit was in).
+    Must run in a main thread unless math-verify's timeouts are off: they use SIGALRM.
+    """
+    candidate = find_answer_candidate(response)
+    extracted = normalize_answer(candidate.raw) or None if candidate is not None else None
+    if gold_text is None:
+        return {"correct": False, "extracted": extracted, "gold_parsed": False}
+    gold = gold_cache.get(gold_text) if gold_cache is not None else None
+    if gold is None:
+        gold = parse_gold(gold_text)
+        if gold_cache is not None:
+            gold_cache[gold_text] = gold
+        if on_gold_parsed is not None:
+            on_gold_parsed()
+    if not gold:
+        return {"correct": False, "extracted": extracted, "gold_parsed": False}
+    if candidate is None:
+        return {"correct": False, "extracted": None, "gold_parsed": True}
+    key = (gold_text, candidate.raw)
+    correct = verdict_cache.get(key) if verdict_cache is not None else None
+    if correct is None:
+        correct = bool(verify(gold, parse_answer(candidate.raw)))
+        if verdict_cache is not None:
+            verdict_cache[key] = correct
+    return {"correct": correct, "extracted": extracted, "gold_parsed": True}
+
+
+__all__ = ["ANSWER_EXTRACTION", "GOLD_EXTRACTION", "parse_gold", "parse_answer", "grade_response", "prepare_gold"]

@@ -1,0 +1,51 @@
+"""OpenRLHF reward file: ``--reward.remote_url $(python -m rlhf_ext.rewards.path)``.
+
+OpenRLHF loads this file by path in every rollout actor and calls :func:`reward_func` once per
+sample from worker threads. What is rewarded comes from the ``RLHF_EXT_REWARD*`` environment
+variables (see :mod:`rlhf_ext.rewards.config`; the ``rlhf_ext`` plugin sets them from its flags):
+by default ``math`` = correctness 1.0 + answer-format bonus 0.2 - truncation penalty 0.5.
+"""
+
+import logging
+import time
+
+import torch
+
+from rlhf_ext.rewards.openrlhf_protocol import ERROR_KEY, scorer_from_env
+
+logger = logging.getLogger("rlhf_ext.rewards.openrlhf_reward")
+_last_config_error_log = [0.0]
+
+
+def reward_func(queries, prompts, labels, **kwargs):
+    """OpenRLHF's rule-reward entry point; returns ``{"rewards", "scores", "extra_logs"}`` of float tensors.
+
+    ``queries``: decoded prompt+response (special tokens kept); ``prompts``: the prompts; ``labels``:
+    the gold answers from ``--data.label_key``. ``scores`` is the correctness (0/1) that dynamic
+    filtering reads; ``extra_logs`` holds every reward component and the counted flags (no answer,
+    unparsed gold, timeout, truncation, errors). Never raises: a failure scores 0 and sets
+    ``reward_flag/error``.
+    """
+    try:
+        n = len(queries)
+    except TypeError:
+        n = 1
+    try:
+        scorer = scorer_from_env()
+    except Exception as exc:  # a bad configuration: report on every sample, do not crash the job
+        now = time.monotonic()
+        if now - _last_config_error_log[0] > 10:
+            _last_config_error_log[0] = now
+            logger.error("rlhf_ext reward configuration is invalid, every sample scores 0: %s", exc)
+        out = {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": {ERROR_KEY: [1.0] * n}}
+    else:
+        out = scorer.score(
+            list(queries) if isinstance(queries, (list, tuple)) else queries,
+            list(prompts) if isinstance(prompts, (list, tuple)) else prompts,
+            list(labels) if isinstance(labels, (list, tuple)) else labels,
+        )
+    return {
+        "rewards": torch.tensor(out["rewards"], dtype=torch.float32),
+        "scores": torch.tensor(out["scores"], dtype=torch.float32),
+        "extra_logs": {k: torch.tensor(v, dtype=torch.float32) for k, v in out["extra_logs"].items()},
+    }

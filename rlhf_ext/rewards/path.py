@@ -1,0 +1,47 @@
+"""Where the OpenRLHF reward file is, and what ``--reward.remote_url rlhf_ext:<spec>`` means.
+
+``python -m rlhf_ext.rewards.path`` prints the reward file's absolute path, for
+``--reward.remote_url "$(python -m rlhf_ext.rewards.path)"``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Tuple
+
+SHORT_FORM_PREFIX = "rlhf_ext:"
+
+
+def reward_file_path() -> str:
+    """Absolute path of :mod:`rlhf_ext.rewards.openrlhf_reward` (the file OpenRLHF loads by path)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "openrlhf_reward.py")
+
+
+def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
+    """Expand the plugin's short form of ``--reward.remote_url``.
+
+    ``"rlhf_ext:math"`` or ``"rlhf_ext:accuracy:1.0,format:0.2"`` -> (the reward file's path,
+    ``{"RLHF_EXT_REWARD": "<spec>"}``); ``"rlhf_ext"`` alone means the default (``math``). Any other
+    URL is returned unchanged with no variables. A malformed spec raises ``ValueError``.
+    """
+    from .config import ENV_REWARD, RewardConfig
+
+    if not isinstance(url, str):
+        raise ValueError(f"remote_url must be a string, got {type(url).__name__}")
+    if url == "rlhf_ext":
+        return reward_file_path(), {}
+    if not url.startswith(SHORT_FORM_PREFIX):
+        return url, {}
+    spec = url[len(SHORT_FORM_PREFIX):].strip()
+    if not spec:
+        raise ValueError(f"{url!r}: name a reward after 'rlhf_ext:', e.g. 'rlhf_ext:math'")
+    RewardConfig(reward=spec).validate()
+    return reward_file_path(), {ENV_REWARD: spec}
+
+
+def main(argv: Optional[list] = None) -> None:
+    print(reward_file_path())
+
+
+if __name__ == "__main__":
+    main()

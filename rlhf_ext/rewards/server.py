@@ -1,0 +1,205 @@
+"""HTTP reward server speaking OpenRLHF's remote reward protocol (``rlhf-ext reward-server``).
+
+For rollout actors on other nodes: ``--reward.remote_url http://HOST:PORT/get_reward``. OpenRLHF
+POSTs ``{"query": [...], "prompts": [...], "labels": [...]}`` and reads back ``{"rewards": [...],
+"scores": [...], "extra_logs": {...}}`` (``openrlhf/utils/agent.py``, ``_fetch_rewards_via_http``).
+
+Standard library only (``http.server``), one thread per request; grading happens in the shared
+:class:`~rlhf_ext.rewards.MathGrader` pool. At most ``max_pending`` requests are admitted at once,
+the rest get 503 with ``Retry-After`` (OpenRLHF's client retries). Malformed requests get a 4xx
+with a JSON ``{"error": ...}`` message. ``GET /health`` reports status and counters. SIGINT/SIGTERM
+stop accepting, let admitted requests finish, then stop the grader.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Optional
+
+from .config import RewardConfig
+from .openrlhf_protocol import RewardScorer, check_batch
+
+logger = logging.getLogger(__name__)
+
+REWARD_PATHS = ("/", "/get_reward", "/reward")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = False  # server_close() waits for admitted requests: graceful shutdown
+    block_on_close = True
+    request_queue_size = 1024
+    allow_reuse_address = True
+
+
+class RewardServer:
+    """The reward service; ``port=0`` picks a free port (see :attr:`url`)."""
+
+    def __init__(self, config: Optional[RewardConfig] = None, host: str = "127.0.0.1", port: int = 5000, *,
+                 max_pending: int = 1024, max_batch: int = 16384, max_body_bytes: int = 256 * 1024 * 1024):
+        for name, v in (("max_pending", max_pending), ("max_batch", max_batch), ("max_body_bytes", max_body_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.scorer = RewardScorer(config)
+        self.max_pending, self.max_batch, self.max_body_bytes = max_pending, max_batch, max_body_bytes
+        self._slots = threading.BoundedSemaphore(max_pending)
+        self._in_flight = 0
+        self._served = 0
+        self._rejected = 0
+        self._count_lock = threading.Lock()
+        self._draining = False
+        self._thread: Optional[threading.Thread] = None
+        self.httpd = _Server((host, port), self._handler_class())
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def health(self) -> dict:
+        reward = self.scorer.reward
+        grader = reward.grader if reward.uses_correctness else None
+        return {"status": "draining" if self._draining else "ok", "reward": self.scorer.config.reward,
+                "timeout": self.scorer.config.timeout, "workers": grader.workers if grader else 0,
+                "in_flight": self._in_flight, "max_pending": self.max_pending, "served": self._served,
+                "rejected": self._rejected, "grader": grader.stats() if grader else {}}
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> "RewardServer":
+        """Serve in a background thread (tests, embedding); returns at once."""
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="rlhf-ext-reward-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def shutdown(self) -> None:
+        """Stop accepting, wait for admitted requests to be answered, stop the grader. Idempotent."""
+        if self._draining:
+            return
+        self._draining = True
+        self.httpd.shutdown()  # returns when the accept loop has stopped
+        self.httpd.server_close()  # joins the request threads
+        self.scorer.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def _handler_class(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "rlhf-ext-reward-server"
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, fmt, *args):  # per-request lines belong at debug level
+                logger.debug("%s - %s", self.address_string(), fmt % args)
+
+            def _send(self, status: int, body: dict, headers: Optional[dict] = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _error(self, status: int, message: str, headers: Optional[dict] = None) -> None:
+                self._send(status, {"error": message}, headers)
+
+            def do_GET(self):
+                if self.path.split("?", 1)[0] in ("/health", "/healthz"):
+                    health = server.health()
+                    self._send(HTTPStatus.OK if health["status"] == "ok" else HTTPStatus.SERVICE_UNAVAILABLE, health)
+                else:
+                    self._error(HTTPStatus.NOT_FOUND, f"no such endpoint {self.path!r}; POST to /get_reward, "
+                                                      "GET /health")
+
+            def do_POST(self):
+                if self.path.split("?", 1)[0] not in REWARD_PATHS:
+                    return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint {self.path!r}; POST to /get_reward")
+                length = self.headers.get("Content-Length")
+                if length is None:
+                    return self._error(HTTPStatus.LENGTH_REQUIRED, "Content-Length header required")
+                try:
+                    length = int(length)
+                    if length < 0:
+                        raise ValueError
+                except ValueError:
+                    return self._error(HTTPStatus.BAD_REQUEST, f"bad Content-Length {self.headers.get('Content-Length')!r}")
+                if length > server.max_body_bytes:
+                    return self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                       f"body of {length} bytes exceeds the limit of {server.max_body_bytes}")
+                body = self.rfile.read(length)
+                try:
+                    payload = json.loads(body)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    return self._error(HTTPStatus.BAD_REQUEST, f"malformed JSON: {exc}")
+                if not isinstance(payload, dict):
+                    return self._error(HTTPStatus.BAD_REQUEST, "body must be a JSON object with 'query', 'prompts', "
+                                                              f"'labels'; got a {type(payload).__name__}")
+                queries = payload.get("query", payload.get("queries"))
+                if queries is None:
+                    return self._error(HTTPStatus.BAD_REQUEST, "missing 'query' (the list of decoded prompt+response "
+                                                              "strings)")
+                try:
+                    queries, prompts, labels = check_batch(queries, payload.get("prompts"), payload.get("labels"))
+                except ValueError as exc:
+                    return self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                if len(queries) > server.max_batch:
+                    return self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                       f"{len(queries)} samples in one request exceed the limit of {server.max_batch}")
+                if not server._slots.acquire(blocking=False):
+                    with server._count_lock:
+                        server._rejected += 1
+                    return self._error(HTTPStatus.SERVICE_UNAVAILABLE,
+                                       f"server busy: {server.max_pending} requests in flight; retry",
+                                       {"Retry-After": "1"})
+                with server._count_lock:
+                    server._in_flight += 1
+                try:
+                    result = server.scorer.score(queries, prompts, labels)
+                finally:
+                    with server._count_lock:
+                        server._in_flight -= 1
+                        server._served += 1
+                    server._slots.release()
+                self._send(HTTPStatus.OK, result)
+
+        return Handler
+
+
+def serve(config: RewardConfig, host: str = "127.0.0.1", port: int = 5000, *, max_pending: int = 1024,
+          on_ready: Optional[Callable[[RewardServer], None]] = None) -> None:
+    """Run the server in this (main) thread until SIGINT/SIGTERM, then shut down gracefully."""
+    server = RewardServer(config, host, port, max_pending=max_pending)
+    stop = threading.Event()
+
+    def request_stop(signum, frame):
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    server.start()
+    if server.scorer.reward.uses_correctness:
+        server.scorer.reward.grader.start(wait_ready=False)
+    try:
+        if on_ready is not None:
+            on_ready(server)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        t0 = time.monotonic()
+        logger.info("rlhf_ext reward server: stopping (finishing %d in-flight requests)", server._in_flight)
+        server.shutdown()
+        logger.info("rlhf_ext reward server: stopped after %.1fs", time.monotonic() - t0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
