@@ -71,7 +71,7 @@ def test_user_registration_is_usable_by_name():
         assert "test_only_negated" in available_advantages()
         assert torch.equal(get_advantage("test_only_negated")([[1.0, 2.0]]), torch.tensor([[-1.0, -2.0]]))
     finally:
-        ADVANTAGES._fns.pop("test_only_negated")
+        ADVANTAGES.unregister("test_only_negated")
 
 
 PLUGIN_SETUP = """

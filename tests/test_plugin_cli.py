@@ -183,7 +183,7 @@ def test_registered_policy_loss_is_a_choice(parse, capfd):
             parse("--actor.policy_loss_type", "test_cli_loss", "--algo.advantage.is_correction_level", "token")
         assert "implemented only for OpenRLHF's own losses" in capfd.readouterr().err
     finally:
-        POLICY_LOSSES._fns.pop("test_cli_loss")
+        POLICY_LOSSES.unregister("test_cli_loss")
 
 
 def test_reward_shortcut_sets_file_and_environment(parse):

@@ -192,7 +192,7 @@ def test_third_party_registration_is_usable(em, Experience):
         out = make_maker(em, "test_plugin_halved", 4).compute_advantages_and_returns(experiences)
         torch.testing.assert_close(gather(out, "advantages"), 0.5 * BINARY[:, None] * mask)
     finally:
-        ADVANTAGES._fns.pop("test_plugin_halved")
+        ADVANTAGES.unregister("test_plugin_halved")
 
 
 def test_unknown_estimator_lists_registered_names(em, Experience):

@@ -39,7 +39,7 @@ def test_loss_registered():
     try:
         yield "test_plugin_ppo"
     finally:
-        POLICY_LOSSES._fns.pop("test_plugin_ppo")
+        POLICY_LOSSES.unregister("test_plugin_ppo")
 
 
 def batch(seed=0, B=5, T=7, empty_row=False):

@@ -35,7 +35,7 @@ from rlhf_ext.rewards import (
     tag_count_reward,
     truncation_reward,
 )
-from rlhf_ext.rewards.registry import _REWARDS
+from rlhf_ext.rewards.registry import REWARDS
 from rlhf_ext.rewards.rule_rewards import format_matches
 
 R1 = "<think>\nI add.\n</think>\n<answer>\n\\boxed{4}\n</answer>"
@@ -190,7 +190,7 @@ def test_user_reward_in_a_weighted_spec():
         assert out.rewards == [4.0, len(R1) + 2.0]
         assert out.correct is None  # nothing needed grading
     finally:
-        _REWARDS.pop("test_only_len")
+        REWARDS.unregister("test_only_len")
 
 
 # --- weighted specs ------------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_a_failing_component_is_scored_zero_and_flagged():
         assert out.rewards == [1.0, 0.0]
         assert out.flags["reward_error"] == [1.0, 1.0]
     finally:
-        _REWARDS.pop("test_only_broken")
+        REWARDS.unregister("test_only_broken")
 
 
 # --- configuration from the environment ----------------------------------------------------------

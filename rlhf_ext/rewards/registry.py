@@ -1,7 +1,7 @@
 """Name -> reward function registry, with third-party rewards through entry points.
 
-Same shape as :mod:`rlhf_ext.algorithms.registry` (kept separate so that importing the rewards,
-e.g. in a grader worker, never imports torch). A reward function takes Open-R1's form::
+Built on :mod:`rlhf_ext.registry` (torch-free, so a grader worker never imports torch).
+A reward function takes Open-R1's form::
 
     @register_reward("my_reward")
     def my_reward(completions: list[str], solution: list[str] | None = None, **kwargs) -> list[float]: ...
@@ -18,24 +18,17 @@ module; it is imported on first registry access and its ``@register_reward`` dec
 
 from __future__ import annotations
 
-import threading
-import warnings
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Callable, Dict, List
 
+from rlhf_ext.registry import EntryPointGroup, Registry, UnknownNameError
+
 ENTRY_POINT_GROUP = "rlhf_ext.rewards"
-
-_entry_points_lock = threading.RLock()
-_entry_points_loaded = False
-_entry_point_failures: Dict[str, str] = {}
+ENTRY_POINTS = EntryPointGroup(ENTRY_POINT_GROUP)
 
 
-class UnknownRewardError(KeyError, ValueError):
+class UnknownRewardError(UnknownNameError):
     """An unknown reward name; a ``KeyError`` for lookups and a ``ValueError`` for argument parsers."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True)
@@ -47,29 +40,12 @@ class RewardEntry:
     uses_correctness: bool
 
 
-_REWARDS: Dict[str, RewardEntry] = {}
-_lock = threading.RLock()
+REWARDS = Registry("reward", ENTRY_POINTS, error=UnknownRewardError, identity=lambda entry: entry.fn)
 
 
 def load_entry_points() -> Dict[str, str]:
     """Import every module of the ``rlhf_ext.rewards`` entry point group once; returns ``{name: error}`` of failures."""
-    global _entry_points_loaded
-    with _entry_points_lock:
-        if _entry_points_loaded:
-            return dict(_entry_point_failures)
-        _entry_points_loaded = True  # first: the modules we import call register_reward
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                ep.load()
-            except Exception as exc:  # a third party's bug must not take our rewards down
-                _entry_point_failures[ep.name] = f"{type(exc).__name__}: {exc}"
-                warnings.warn(
-                    f"rlhf_ext: entry point {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r} failed to "
-                    f"load: {type(exc).__name__}: {exc}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-        return dict(_entry_point_failures)
+    return ENTRY_POINTS.load()
 
 
 def register_reward(name: str, *, uses_correctness: bool = False, override: bool = False):
@@ -84,29 +60,14 @@ def register_reward(name: str, *, uses_correctness: bool = False, override: bool
     def decorator(fn: Callable) -> Callable:
         if not callable(fn):
             raise TypeError(f"cannot register non-callable {fn!r} as reward {name!r}")
-        with _lock:
-            old = _REWARDS.get(name)
-            if old is not None and not override and old.fn is not fn:
-                raise ValueError(f"reward {name!r} is already registered (by {old.fn.__module__}."
-                                 f"{old.fn.__qualname__}); pass override=True to replace it")
-            _REWARDS[name] = RewardEntry(name, fn, bool(uses_correctness))
+        REWARDS.add(name, RewardEntry(name, fn, bool(uses_correctness)), override=override)
         return fn
 
     return decorator
 
 
 def get_reward_entry(name: str) -> RewardEntry:
-    load_entry_points()
-    with _lock:
-        entry = _REWARDS.get(name)
-        if entry is not None:
-            return entry
-        names = ", ".join(sorted(_REWARDS)) or "(none)"
-    hint = ""
-    if _entry_point_failures:
-        failed = ", ".join(f"{k} ({v})" for k, v in sorted(_entry_point_failures.items()))
-        hint = f"; these {ENTRY_POINT_GROUP} entry points failed to load: {failed}"
-    raise UnknownRewardError(f"unknown reward {name!r}; registered: {names}{hint}")
+    return REWARDS.get(name)
 
 
 def get_reward(name: str) -> Callable:
@@ -115,13 +76,4 @@ def get_reward(name: str) -> Callable:
 
 
 def available_rewards() -> List[str]:
-    load_entry_points()
-    with _lock:
-        return sorted(_REWARDS)
-
-
-def _reset_entry_points_for_tests(loaded: bool = False) -> None:
-    global _entry_points_loaded
-    with _entry_points_lock:
-        _entry_points_loaded = bool(loaded)
-        _entry_point_failures.clear()
+    return REWARDS.available()
