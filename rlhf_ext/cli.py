@@ -125,7 +125,47 @@ def _run_reward_file(args: argparse.Namespace) -> int:
     return 0
 
 
-_SUBCOMMANDS = (_add_reward_server, _add_reward_file)
+# --- tiny-task / smoke ---------------------------------------------------------------------------
+
+
+def _add_tiny_task(subparsers) -> None:
+    from .tiny_task import __doc__ as doc, add_arguments
+
+    p = subparsers.add_parser(
+        "tiny-task",
+        help="build the tiny arithmetic task and an SFT-warmed tiny model (smoke tests, no hub)",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    p.set_defaults(handler=_run_tiny_task)
+
+
+def _run_tiny_task(args: argparse.Namespace) -> int:
+    from .tiny_task import run
+
+    return run(args)
+
+
+def _add_smoke(subparsers) -> None:
+    # The smoke run owns its flags; forward everything (including --help) to it.
+    p = subparsers.add_parser(
+        "smoke",
+        add_help=False,
+        help="the whole story on CPU: tiny task -> evaluate -> GRPO through OpenRLHF -> evaluate",
+        description="Same as python -m rlhf_ext.smoke; run 'rlhf-ext smoke --help' for its flags.",
+    )
+    p.add_argument("smoke_args", nargs=argparse.REMAINDER)
+    p.set_defaults(handler=_run_smoke)
+
+
+def _run_smoke(args: argparse.Namespace) -> int:
+    from .smoke import main as smoke_main
+
+    return smoke_main(args.smoke_args)
+
+
+_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,7 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # parse_known_args: argparse's REMAINDER does not capture a leading option such as `smoke --help`.
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "smoke":
+        args.smoke_args = extra + args.smoke_args
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args.handler(args)
 
 

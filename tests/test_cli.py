@@ -1,0 +1,43 @@
+"""The `rlhf-ext` console command dispatches to its subcommands."""
+
+import subprocess
+import sys
+
+import pytest
+
+from rlhf_ext.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "rlhf_ext.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_subcommand():
+    out = run("--help")
+    assert out.returncode == 0
+    for name in ("reward-server", "reward-file", "tiny-task", "smoke"):
+        assert name in out.stdout
+
+
+def test_smoke_help_is_the_smoke_commands_own():
+    out = run("smoke", "--help")
+    assert out.returncode == 0, out.stderr
+    assert "--estimator" in out.stdout and "--workdir" in out.stdout
+
+
+def test_tiny_task_needs_an_output_and_unknown_flags_fail(capsys):
+    with pytest.raises(SystemExit) as err:
+        main(["tiny-task"])
+    assert err.value.code == 2
+    assert "--output" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["reward-file", "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_reward_file_prints_an_existing_path(capsys):
+    assert main(["reward-file"]) == 0
+    path = capsys.readouterr().out.strip()
+    assert path.endswith("openrlhf_reward.py")
+    with open(path) as f:
+        assert "def reward_func" in f.read()
