@@ -1,4 +1,34 @@
 """evalkit: math benchmark evaluation (AIME, MATH-500, GSM8K, AMC23) on vLLM with honest statistics.
 
-Not yet implemented: this package will hold the ``evalkit`` command line, generation, grading and metrics.
+Command line: ``evalkit {aime,aime24,aime25,math500,gsm8k,amc23} --model PATH``, ``evalkit list``,
+``evalkit report RUN_DIR``, ``evalkit compare RUN_A RUN_B`` (also ``python -m rlhf_ext.evalkit``).
+See docs/evalkit.md.
+
+Python API::
+
+    from rlhf_ext.evalkit import RunOptions, run_eval, compare_runs
+    out_dir, summary = run_eval(RunOptions(suite="math500", model="ckpt", n_samples=4,
+                                           data=["../shared/data/math500.jsonl"], limit=8))
+
+Importing this package is cheap: vLLM, Ray and the grader load only when a run starts.
 """
+
+from .metrics import (PairedDifference, bootstrap_ci, bootstrap_indices, majority_vote, paired_difference,
+                      pass_at_k, pass_k_values)
+from .records import RunDirError, SampleLog
+from .report import compare_runs, render_compare_markdown, render_markdown, report, summarize
+from .runner import EvalInterrupted, RunOptions, problem_seed, run_eval
+from .tasks import SUITES, TASKS, DataError, Problem, Task, load_task
+from .templates import TEMPLATES, TemplateError, render_prompt
+from .tiny_model import build_tiny_model, build_tiny_tokenizer
+
+__all__ = [
+    "RunOptions", "run_eval", "EvalInterrupted", "problem_seed",
+    "report", "summarize", "render_markdown", "compare_runs", "render_compare_markdown",
+    "pass_at_k", "pass_k_values", "majority_vote", "bootstrap_ci", "bootstrap_indices", "paired_difference",
+    "PairedDifference",
+    "SampleLog", "RunDirError",
+    "TASKS", "SUITES", "Task", "Problem", "load_task", "DataError",
+    "TEMPLATES", "render_prompt", "TemplateError",
+    "build_tiny_model", "build_tiny_tokenizer",
+]

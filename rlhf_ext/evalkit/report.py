@@ -1,0 +1,288 @@
+"""Summaries of run directories and paired comparisons between runs.
+
+A summary is recomputed from ``samples.jsonl`` and ``config.json`` alone, so ``evalkit report``
+and the end-of-run summary always agree, and nothing in it depends on timing or paths: the same
+samples give byte-identical ``summary.json``. Each metric is the mean of a per-problem score with
+a percentile-bootstrap interval over problems (see :mod:`.metrics` for the formulas and sources).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import records
+from .metrics import (bootstrap_ci, bootstrap_indices, majority_vote, paired_difference, pass_at_k,
+                      pass_k_values, percentile)
+from .records import RunDirError, SampleLog, read_json
+
+
+@dataclass
+class ProblemScores:
+    """Per-problem scores of one task, in dataset order."""
+
+    task: str
+    ids: list[str]
+    n: list[int]  # samples present per problem
+    correct: list[int]
+    maj: list[float]
+
+
+def _group(records_: Sequence[dict], config: dict) -> dict:
+    """``{task: {problem_id: [record, ...]}}`` restricted to the run's problems and sample range."""
+    n_samples = int(config["n_samples"])
+    wanted = {t: set(config["datasets"][t]["problem_ids"]) for t in config["tasks"]}
+    grouped: dict = {t: {} for t in config["tasks"]}
+    for rec in records_:
+        task, pid, idx = records.sample_key(rec)
+        if task in wanted and pid in wanted[task] and 0 <= idx < n_samples:
+            grouped[task].setdefault(pid, []).append(rec)
+    return grouped
+
+
+def problem_scores(task: str, ids: Sequence[str], by_problem: dict) -> ProblemScores:
+    scores = ProblemScores(task=task, ids=[], n=[], correct=[], maj=[])
+    for pid in ids:
+        recs = sorted(by_problem.get(pid, []), key=lambda r: int(r["sample_index"]))
+        if not recs:
+            continue
+        scores.ids.append(pid)
+        scores.n.append(len(recs))
+        scores.correct.append(sum(bool(r["correct"]) for r in recs))
+        scores.maj.append(majority_vote([r.get("extracted") for r in recs], [bool(r["correct"]) for r in recs]))
+    return scores
+
+
+def _metric(values: np.ndarray, indices: np.ndarray) -> dict:
+    low, high = bootstrap_ci(values, indices=indices)
+    return {"value": float(values.mean()), "ci95": [low, high]}
+
+
+def _task_summary(scores: ProblemScores, recs: list[dict], expected_problems: int, n_samples: int,
+                  resamples: int, seed: int) -> dict:
+    present = len(recs)
+    out: dict = {
+        "problems": expected_problems,
+        "problems_with_samples": len(scores.ids),
+        "n_samples": n_samples,
+        "samples": present,
+        "missing_samples": expected_problems * n_samples - present,
+    }
+    if not scores.ids:
+        return out
+    n = np.asarray(scores.n)
+    c = np.asarray(scores.correct)
+    idx = bootstrap_indices(len(scores.ids), resamples, seed)
+    out["avg@n"] = _metric(c / n, idx)
+    k_max = int(n.min())
+    out["pass@k"] = {str(k): _metric(np.array([pass_at_k(int(ni), int(ci), k) for ni, ci in zip(n, c)]), idx)
+                     for k in pass_k_values(n_samples) if k <= k_max}
+    out["maj@n"] = _metric(np.asarray(scores.maj), idx)
+    lengths = [int(r["response_tokens"]) for r in recs]
+    out["truncation_rate"] = float(np.mean([bool(r["truncated"]) for r in recs]))
+    out["response_tokens"] = {"mean": float(np.mean(lengths)), "p50": percentile(lengths, 50),
+                              "p90": percentile(lengths, 90)}
+    out["no_answer_rate"] = float(np.mean([r.get("extracted") is None for r in recs]))
+    out["grading"] = {
+        "timeouts": sum(bool(r.get("grade_timeout")) for r in recs),
+        "errors": sum(r.get("grade_error") is not None for r in recs),
+        "gold_unparsed_problems": len({r["problem_id"] for r in recs if not r.get("gold_parsed", True)}),
+    }
+    return out
+
+
+def summarize(records_: Sequence[dict], config: dict) -> dict:
+    """The summary of a run (``summary.json``); pure function of its records and config."""
+    n_samples = int(config["n_samples"])
+    stats = config.get("statistics", {})
+    resamples = int(stats.get("bootstrap_resamples", 2000))
+    seed = int(stats.get("bootstrap_seed", 0))
+    grouped = _group(records_, config)
+    tasks: dict = {}
+    all_scores, all_recs, all_expected = [], [], 0
+    for task in config["tasks"]:
+        ids = list(config["datasets"][task]["problem_ids"])
+        scores = problem_scores(task, ids, grouped[task])
+        recs = [r for pid in ids for r in grouped[task].get(pid, [])]
+        tasks[task] = _task_summary(scores, recs, len(ids), n_samples, resamples, seed)
+        all_scores.append(scores)
+        all_recs.extend(recs)
+        all_expected += len(ids)
+    if len(config["tasks"]) > 1:
+        combined = ProblemScores(task=config["suite"], ids=[], n=[], correct=[], maj=[])
+        for s in all_scores:
+            combined.ids += [f"{s.task}/{i}" for i in s.ids]
+            combined.n += s.n
+            combined.correct += s.correct
+            combined.maj += s.maj
+        tasks[config["suite"]] = _task_summary(combined, all_recs, all_expected, n_samples, resamples, seed)
+    gen = config["generation"]
+    return {
+        "suite": config["suite"],
+        "model": gen["model"],
+        "template": gen["template"],
+        "sampling": {"temperature": gen["temperature"], "top_p": gen["top_p"], "max_tokens": gen["max_tokens"],
+                     "seed": gen["seed"]},
+        "n_samples": n_samples,
+        "complete": all(t["missing_samples"] == 0 for t in tasks.values()),
+        "confidence": 0.95,
+        "bootstrap_resamples": resamples,
+        "tasks": tasks,
+    }
+
+
+def _pct(m: Optional[dict]) -> str:
+    if not m:
+        return "-"
+    lo, hi = m["ci95"]
+    return f"{100 * m['value']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def render_markdown(summary: dict) -> str:
+    n = summary["n_samples"]
+    s = summary["sampling"]
+    lines = [
+        f"# evalkit {summary['suite']}: {summary['model']}",
+        "",
+        f"template `{summary['template']}`, temperature {s['temperature']}, top_p {s['top_p']}, "
+        f"max_tokens {s['max_tokens']}, seed {s['seed']}, n = {n} samples per problem. "
+        f"Scores in %, with bootstrap 95% intervals over problems ({summary['bootstrap_resamples']} resamples).",
+        "",
+    ]
+    if not summary["complete"]:
+        lines += ["**Incomplete run**: some samples are missing (see `missing samples`); rerun the same "
+                  "command to finish it. pass@k is shown only for k up to the fewest samples of a problem.", ""]
+    ks = pass_k_values(n)
+    header = ["task", "problems", f"avg@{n}"] + [f"pass@{k}" for k in ks if k != 1] + [f"maj@{n}", "truncated",
+                                                                                    "tokens mean / p50 / p90"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for task, t in summary["tasks"].items():
+        if "avg@n" not in t:
+            lines.append("| " + " | ".join([task, str(t["problems"])] + ["-"] * (len(header) - 2)) + " |")
+            continue
+        rt = t["response_tokens"]
+        row = [task, str(t["problems"]), _pct(t["avg@n"])]
+        row += [_pct(t["pass@k"].get(str(k))) for k in ks if k != 1]
+        row += [_pct(t["maj@n"]), f"{100 * t['truncation_rate']:.1f}",
+                f"{rt['mean']:.0f} / {rt['p50']:.0f} / {rt['p90']:.0f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    notes = []
+    for task, t in summary["tasks"].items():
+        if t.get("missing_samples"):
+            notes.append(f"- {task}: {t['missing_samples']} missing samples")
+        g = t.get("grading", {})
+        if g.get("timeouts") or g.get("errors"):
+            notes.append(f"- {task}: {g['timeouts']} grading timeouts, {g['errors']} grading errors (scored wrong)")
+        if g.get("gold_unparsed_problems"):
+            notes.append(f"- {task}: the gold answer of {g['gold_unparsed_problems']} problems could not be parsed "
+                         "(those samples are scored wrong): check the dataset")
+    if notes:
+        lines += ["Notes:", *notes, ""]
+    lines.append(f"avg@{n} is the mean accuracy over samples (DeepSeek-R1's pass@1); pass@k is the unbiased "
+                 f"estimator of Chen et al. 2021; maj@{n} grades the majority answer (ties split the credit).")
+    return "\n".join(lines) + "\n"
+
+
+def load_run(run_dir) -> tuple[dict, list[dict]]:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} is not a directory")
+    config = read_json(run_dir / records.CONFIG_FILE)
+    for key in ("suite", "tasks", "n_samples", "datasets", "generation"):
+        if key not in config:
+            raise RunDirError(f"{run_dir / records.CONFIG_FILE} lacks {key!r}; not an evalkit run directory")
+    return config, SampleLog(run_dir / records.SAMPLES_FILE).read()
+
+
+def report(run_dir) -> dict:
+    config, recs = load_run(run_dir)
+    return summarize(recs, config)
+
+
+def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0) -> dict:
+    """Each run against the first (the baseline), per task: paired bootstrap of avg@n and maj@n.
+
+    Problems are paired by id; only problems with samples in both runs count. Runs that used
+    different copies of a benchmark (different dataset hashes) are refused: their problem ids
+    need not mean the same problems.
+    """
+    if len(run_dirs) < 2:
+        raise ValueError("compare needs at least two run directories")
+    loaded = [(str(d), *load_run(d)) for d in run_dirs]
+    base_name, base_cfg, base_recs = loaded[0]
+    base_grouped = _group(base_recs, base_cfg)
+    out = {"baseline": base_name, "confidence": 0.95, "bootstrap_resamples": resamples, "comparisons": []}
+    for name, cfg, recs in loaded[1:]:
+        grouped = _group(recs, cfg)
+        comparison = {"run": name, "tasks": {}}
+        shared = [t for t in base_cfg["tasks"] if t in cfg["tasks"]]
+        if not shared:
+            raise RunDirError(f"{name} and {base_name} share no task "
+                              f"({', '.join(cfg['tasks'])} vs {', '.join(base_cfg['tasks'])})")
+        pooled: dict = {"avg@n": ([], []), "maj@n": ([], [])}
+        for task in shared:
+            sha_a = base_cfg["datasets"][task]["sha256"]
+            sha_b = cfg["datasets"][task]["sha256"]
+            if sha_a != sha_b:
+                raise RunDirError(f"{task}: {base_name} and {name} used different copies of the dataset "
+                                  f"({sha_a[:12]} vs {sha_b[:12]}); their problems cannot be paired")
+            ids = [i for i in base_cfg["datasets"][task]["problem_ids"] if i in set(cfg["datasets"][task]["problem_ids"])]
+            a = problem_scores(task, ids, base_grouped[task])
+            b = problem_scores(task, ids, grouped[task])
+            common = [i for i in a.ids if i in set(b.ids)]
+            if not common:
+                comparison["tasks"][task] = {"problems": 0}
+                continue
+            ia = [a.ids.index(i) for i in common]
+            ib = [b.ids.index(i) for i in common]
+            entry = {"problems": len(common)}
+            for metric, va, vb in (
+                ("avg@n", np.asarray(a.correct, float)[ia] / np.asarray(a.n)[ia],
+                 np.asarray(b.correct, float)[ib] / np.asarray(b.n)[ib]),
+                ("maj@n", np.asarray(a.maj)[ia], np.asarray(b.maj)[ib]),
+            ):
+                entry[metric] = _paired_entry(va, vb, resamples, seed)
+                pooled[metric][0].extend(va)
+                pooled[metric][1].extend(vb)
+            comparison["tasks"][task] = entry
+        if len(shared) > 1 and pooled["avg@n"][0]:
+            # e.g. ``aime``: AIME24 and AIME25 problems pooled, as in the run's combined row
+            comparison["tasks"]["+".join(shared)] = {
+                "problems": len(pooled["avg@n"][0]),
+                **{m: _paired_entry(np.asarray(va), np.asarray(vb), resamples, seed) for m, (va, vb) in pooled.items()}}
+        out["comparisons"].append(comparison)
+    return out
+
+
+def _paired_entry(va: np.ndarray, vb: np.ndarray, resamples: int, seed: int) -> dict:
+    d = paired_difference(vb, va, n_resamples=resamples, seed=seed)
+    return {"baseline": float(va.mean()), "run": float(vb.mean()), "difference": d.mean,
+            "ci95": [d.low, d.high], "distinguishable": d.distinguishable,
+            "run_better_problems": d.a_better, "baseline_better_problems": d.b_better}
+
+
+def render_compare_markdown(result: dict) -> str:
+    lines = [f"# evalkit compare (baseline: {result['baseline']})", "",
+             "Difference = run - baseline in points, paired by problem, bootstrap 95% interval over problems "
+             f"({result['bootstrap_resamples']} resamples). A difference is distinguishable from noise when its "
+             "interval excludes 0.", "",
+             "| run | task | problems | metric | baseline | run | difference [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for comp in result["comparisons"]:
+        for task, entry in comp["tasks"].items():
+            if not entry.get("problems"):
+                lines.append(f"| {comp['run']} | {task} | 0 | - | - | - | - | no shared problems |")
+                continue
+            for metric in ("avg@n", "maj@n"):
+                m = entry[metric]
+                lo, hi = m["ci95"]
+                verdict = "distinguishable" if m["distinguishable"] else "within noise"
+                lines.append(f"| {comp['run']} | {task} | {entry['problems']} | {metric} | {100 * m['baseline']:.1f} | "
+                             f"{100 * m['run']:.1f} | {100 * m['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
+                             f"{verdict} |")
+    return "\n".join(lines) + "\n"

