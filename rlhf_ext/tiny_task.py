@@ -25,13 +25,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# ChatML like the Qwen2 family, shared with evalkit's random tiny model.
+from rlhf_ext.evalkit.tiny_model import CHAT_TEMPLATE, SPECIAL_TOKENS
+
 EOS = "<|im_end|>"
 PAD = "<|endoftext|>"
 
