@@ -16,6 +16,7 @@ import pytest
 from rlhf_ext.patches.retarget.rendezvous import (
     ENV_SYNC_TIMEOUT,
     WeightSyncRendezvousError,
+    ack_key,
     bounded_store,
     join_key,
     peers_checked_by,
@@ -110,7 +111,8 @@ def test_wait_for_ranks_checks_liveness_only_on_schedule():
     def check():
         checks.append(now[0])
         if len(checks) == 3:
-            store.set(join_key(1), "1")  # the engine finally joins
+            store.set(join_key(1), "1")  # the engine finally joins...
+            store.set(ack_key(1), "1")  # ...and sees the group complete
         return None
 
     def clock():
