@@ -3,12 +3,16 @@ network switched off.
 
 The reports are built by the real command from one shared session fixture, ``report_inputs``:
 
-* the tiny task's real runs: two short GRPO / Dr.GRPO trainings through OpenRLHF on CPU and
-  evalkit evaluations of their start and end (``tests/data/report_tiny``, see its README for how
-  they were made and how to regenerate them from run records);
-* synthetic long runs in the run record format (``rlhf_ext.report.synthetic``): 3,000 and 2,000
-  steps, a resumed run, one still running without entropy or mismatch metrics, one stopped by the
-  guard with a non-finite loss, checkpoints evaluated with evalkit's own code.
+* ``short``: two short runs with different estimators (GRPO, Dr.GRPO; 24 steps of 8 prompts x 4
+  samples, 16-token limit, no entropy or mismatch metrics, as OpenRLHF logs them for the tiny
+  task's smoke run) and evalkit evaluations of the shared starting model and of each final model.
+  Real runs of the tiny task are used when ``tests/data/report_tiny/runs`` exists (made by
+  ``tests/data/report_tiny/make_fixture.py`` from two real smoke runs once they write run
+  records, issue #11); until then the runs are synthetic run records and the evaluations are
+  written by evalkit's own storage and summary code (``rlhf_ext.report.synthetic``);
+* ``long``: synthetic long runs (3,000 and 2,000 steps, a resumed run, one still running without
+  entropy or mismatch metrics, one stopped by the guard with a non-finite loss and a torn last
+  line) with evaluated checkpoints, plus the short runs.
 
 Checked: no JavaScript error in the console, no request leaves the file, every expected panel is
 there with the right number of traces (computed here from the records, not from the report's
@@ -83,16 +87,27 @@ def expected_traces(run_dirs):
     return out
 
 
+def short_runs(root: Path):
+    """The ``short`` scenario: real tiny-task runs when committed, else their synthetic stand-in."""
+    if (TINY / "runs").is_dir():
+        return sorted((TINY / "runs").iterdir()), [TINY / "evals"]
+    runs = [write_synthetic_run(root / name, steps=24, seed=seed, estimator=name, samples_per_step=32, max_len=16,
+                                start_rate=0.25, final_rate=0.35, mismatch=False, step_seconds=7.0,
+                                omit=["train/entropy_loss"],
+                                extra_args={"actor.model_name_or_path": "/smoke/task/model"})
+            for seed, name in enumerate(("grpo", "dr_grpo"))]
+    evals = root / "evals"
+    write_synthetic_eval(evals / "base", model="/smoke/task/model", accuracy=0.25, problems=64, seed=0)
+    for i, (run, acc) in enumerate(zip(runs, (0.31, 0.33)), 1):
+        write_synthetic_eval(evals / f"{run.name}_after", model=run / "final", accuracy=acc, problems=64, seed=i)
+    return runs, [evals]
+
+
 @pytest.fixture(scope="session")
 def report_inputs(tmp_path_factory):
-    """Run directories and evalkit directories for the browser test.
-
-    ``tiny``: real runs of the tiny task (two estimators) and their evaluations;
-    ``long``: synthetic long runs with their evaluations, plus the tiny runs.
-    """
+    """Run directories and evalkit directories of the two scenarios: ``short`` and ``long``."""
     root = tmp_path_factory.mktemp("report_inputs")
-    tiny_runs = [TINY / "runs" / "grpo", TINY / "runs" / "dr_grpo"]
-    tiny_evals = [TINY / "evals"]
+    tiny_runs, tiny_evals = short_runs(root / "short")
     syn = root / "synthetic"
     long_runs = [
         write_synthetic_run(syn / "grpo_3k", steps=3000, seed=0, checkpoint_every=1000),
@@ -109,7 +124,7 @@ def report_inputs(tmp_path_factory):
         for k, acc in enumerate(accs, 1):
             write_synthetic_eval(evals / f"{run}_{k * 1000}", model=syn / run / "ckpt" / f"global_step{k * 1000}_hf",
                                  accuracy=acc, seed=10 * r + k)
-    return {"tiny": (tiny_runs, tiny_evals), "long": (long_runs + tiny_runs, [evals, *tiny_evals])}
+    return {"short": (tiny_runs, tiny_evals), "long": (long_runs + tiny_runs, [evals, *tiny_evals])}
 
 
 def build(run_dirs, eval_dirs, out: Path, names=None):
@@ -174,8 +189,8 @@ def check_panels(page, run_dirs):
     return counts
 
 
-def test_tiny_task_report_in_chromium_offline(report_inputs, browser, tmp_path):
-    run_dirs, eval_dirs = report_inputs["tiny"]
+def test_short_runs_report_in_chromium_offline(report_inputs, browser, tmp_path):
+    run_dirs, eval_dirs = report_inputs["short"]
     out = build(run_dirs, eval_dirs, tmp_path / "tiny.html", names="GRPO,Dr.GRPO")
     head = out.read_text()[:20_000]
     assert "plotly.js v" in head  # the library is inlined in the page's head, not linked
@@ -197,7 +212,7 @@ def test_tiny_task_report_in_chromium_offline(report_inputs, browser, tmp_path):
         # window "off" shows the recorded values themselves: compare with metrics.jsonl
         page.select_option("#window", "1")
         page.wait_for_function("() => document.body.dataset.window === '1'")
-        trace = page.evaluate("() => { const t = document.getElementById('fig-dyn-pass_rate').data[1];"
+        trace = page.evaluate("() => { const t = document.getElementById('fig-dyn-pass_rate')._fullData[1];"
                               " return [Array.from(t.x), Array.from(t.y)]; }")
         recorded = {}
         for line in (run_dirs[0] / "metrics.jsonl").read_text().splitlines():
@@ -211,14 +226,16 @@ def test_tiny_task_report_in_chromium_offline(report_inputs, browser, tmp_path):
         page.select_option("#xaxis", "wall")
         page.wait_for_function("() => document.body.dataset.xaxis === 'wall'")
         wall = page.evaluate("() => { const gd = document.getElementById('fig-dyn-reward');"
-                             " return [Array.from(gd.data[1].x), gd.layout.xaxis.title.text]; }")
-        assert "wall-clock" in wall[1]
+                             " return [Array.from(gd._fullData[1].x), gd.layout.xaxis.title.text]; }")
+        assert "wall-clock" in wall[1] and len(wall[0]) == len(recorded)
         assert all(b > a for a, b in zip(wall[0], wall[0][1:])) and wall[0][0] > 0
+        elapsed = [json.loads(x)["elapsed_s"] / 60 for x in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
+        assert wall[0] == pytest.approx(elapsed, rel=1e-6)  # minutes, from the run's own elapsed_s
         page.select_option("#xaxis", "step")
         page.wait_for_function("() => document.body.dataset.xaxis === 'step'")
 
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shot = ARTIFACTS / "report_tiny.png"
+        shot = ARTIFACTS / "report_short.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
         assert errors == [], errors
@@ -236,7 +253,7 @@ def test_long_resumed_running_and_stopped_runs_in_chromium_offline(report_inputs
         assert counts["fig-timing"] >= 3  # one bar trace per timing phase
         # every raw curve thinned to the display budget
         longest = page.evaluate("() => Math.max(...Array.from(document.querySelectorAll('.plotly-graph-div'))"
-                                ".flatMap(d => d.data.map(t => t.x ? t.x.length : 0)))")
+                                ".flatMap(d => d._fullData.map(t => t.x ? t.x.length : 0)))")
         assert 0 < longest <= 800
         status = page.inner_text("#run-table")
         for word in ("finished", "running", "stopped by guard", "resumed at 1001"):

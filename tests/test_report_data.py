@@ -350,3 +350,20 @@ def test_evaluations_on_different_data_are_not_paired(tmp_path):
     points, _ = attribute([load_eval(ea), load_eval(eb)], runs)
     (row,) = [r for r in paired_rows(points, runs, resamples=100) if r.kind == "between runs"]
     assert "cannot be paired" in row.note and "different copies" in row.note
+
+
+def test_headline_names_each_pair_of_runs_once_at_their_latest_common_step():
+    from rlhf_ext.report.evals import PairRow
+
+    def row(kind, step, runs, diff):
+        return PairRow(kind=kind, task="gsm8k", baseline=f"a @ step {step}", other=f"b @ step {step}", problems=10,
+                       metrics={"avg@n": {"baseline": 0.3, "run": 0.3 + diff, "difference": diff,
+                                          "ci95": [diff - 0.05, diff + 0.05], "distinguishable": abs(diff) > 0.05}},
+                       steps=(step, step), runs=runs)
+
+    pairs = [row("between runs", 100, (0, 1), 0.01), row("between runs", 200, (0, 1), 0.1),
+             row("over training", 200, (0, 0), 0.2)]
+    text = "\n".join(headline([], pairs))
+    assert "b @ step 200 \u2212 a @ step 200 = +10.0 points [+5.0, +15.0]" in text and "distinguishable" in text
+    assert "step 100" not in text
+    assert "+20.0 points" in text  # the over-training row is always stated

@@ -72,6 +72,10 @@ class PairRow:
     metrics: Dict[str, dict] = field(default_factory=dict)
     """avg@n / maj@n -> evalkit's entry (baseline, run, difference, ci95, distinguishable)."""
     note: str = ""
+    steps: Tuple[int, int] = (0, 0)
+    """(baseline step, compared step)."""
+    runs: Tuple[int, int] = (0, 0)
+    """(baseline run index, compared run index)."""
 
 
 def _is_eval_dir(path: Path) -> bool:
@@ -219,12 +223,14 @@ def _compare(a: EvalRun, b: EvalRun, cache: dict, resamples: int) -> dict:
 def _rows(kind: str, a: EvalPoint, b: EvalPoint, label_a: str, label_b: str, cache: dict,
           resamples: int) -> List[PairRow]:
     result = _compare(a.eval, b.eval, cache, resamples)
+    where = {"steps": (a.step, b.step), "runs": (a.run, b.run)}
     if isinstance(result, Exception):
         return [PairRow(kind=kind, task=a.eval.suite, baseline=label_a, other=label_b, problems=0,
-                        note=f"cannot be paired: {result}")]
+                        note=f"cannot be paired: {result}", **where)]
     rows = []
     for task, entry in result.items():
-        row = PairRow(kind=kind, task=task, baseline=label_a, other=label_b, problems=int(entry.get("problems", 0)))
+        row = PairRow(kind=kind, task=task, baseline=label_a, other=label_b, problems=int(entry.get("problems", 0)),
+                      **where)
         if not row.problems:
             row.note = "no problem evaluated in both"
         row.metrics = {m: entry[m] for m in ("avg@n", "maj@n") if m in entry}

@@ -50,6 +50,18 @@ def window_size(runs: Sequence[RunRecord], window: int = DEFAULT_WINDOW) -> int:
     return max(1, min(window, min(lengths) // 2)) if min(lengths) >= 2 else 1
 
 
+def _latest_between_runs(pairs: Sequence[PairRow]) -> List[PairRow]:
+    """The paired rows worth a sentence: between two runs, only the latest step both were
+    evaluated at (the table has every step); over training, every run's first-vs-last row."""
+    latest = {}
+    for row in pairs:
+        if row.kind == "between runs":
+            key = (row.runs, row.task)
+            if key not in latest or row.steps[0] > latest[key].steps[0]:
+                latest[key] = row
+    return [row for row in pairs if row.kind != "between runs" or latest.get((row.runs, row.task)) is row]
+
+
 def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: int = DEFAULT_WINDOW) -> List[str]:
     """The headline sentences (plain text) for the runs and the paired evaluation rows."""
     out: List[str] = []
@@ -114,7 +126,7 @@ def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: i
     if times:
         out.append("Median time per step (timing/step_total): " + ", ".join(times) + ".")
 
-    for row in pairs:
+    for row in _latest_between_runs(pairs):
         for metric in ("avg@n",):
             m = row.metrics.get(metric)
             if not m:
