@@ -7,8 +7,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from rlhf_ext.cli import main
 from rlhf_ext.evalkit.records import write_json_atomic
 from rlhf_ext.report import SIZE_BOUND_BYTES, find_records, report_workdir, write_report
@@ -97,3 +95,17 @@ def test_smoke_workdir_report(tmp_path):
 def test_evalkit_directory_without_samples_is_not_a_record(tmp_path):
     write_json_atomic(tmp_path / "half" / "config.json", {"suite": "gsm8k", "generation": {}})
     assert find_records(tmp_path) == ([], [])
+
+
+def test_a_run_that_just_started_renders(tmp_path):
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "config.json").write_text(json.dumps({"schema": "rlhf_ext.run/1", "name": "fresh", "args": {}}))
+    (fresh / "events.jsonl").write_text(json.dumps({"event": "start", "time": 1.0, "step": 0}) + "\n")
+    other = write_synthetic_run(tmp_path / "other", steps=20)
+    html = write_report([other, fresh], tmp_path / "r.html").read_text()
+    assert "No step recorded yet by fresh." in html
+    assert "fresh is still running (or was killed without an end record); no step recorded yet." in html
+    assert figures_in(html)["fig-dyn-pass_rate"] == 2
+    alone = write_report([fresh], tmp_path / "alone.html").read_text()
+    assert 'id="missing-pass_rate"' in alone and "fig-dyn-" not in alone

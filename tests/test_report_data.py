@@ -9,9 +9,25 @@ import numpy as np
 import pytest
 
 from rlhf_ext.evalkit.records import write_json_atomic
-from rlhf_ext.report import (PANELS, RunRecordError, attribute, collect, diff_configs, difference_exceeds_noise,
-                             final_window, headline, incident_rows, load_eval, load_run, load_runs,
-                             minmax_downsample, moving_average, paired_rows, resolve, stride_downsample)
+from rlhf_ext.report import (
+    PANELS,
+    RunRecordError,
+    attribute,
+    collect,
+    diff_configs,
+    difference_exceeds_noise,
+    final_window,
+    headline,
+    incident_rows,
+    load_eval,
+    load_run,
+    load_runs,
+    minmax_downsample,
+    moving_average,
+    paired_rows,
+    resolve,
+    stride_downsample,
+)
 from rlhf_ext.report.configdiff import ABSENT, algorithm_summary
 from rlhf_ext.report.evals import EvalDirError, find_eval_dirs
 from rlhf_ext.report.series import WindowStats
@@ -67,7 +83,7 @@ def test_minmax_downsample_keeps_shape_spikes_and_ends():
     assert np.all(np.diff(dx) > 0)
     assert dy.max() == 50.0 and dy.min() == -40.0
     np.testing.assert_array_equal(y[dx.astype(int)], dy)  # only original points, unchanged
-    short_x, short_y = minmax_downsample(x[:100], y[:100], 800)
+    short_x, _ = minmax_downsample(x[:100], y[:100], 800)
     np.testing.assert_array_equal(short_x, x[:100])
     with pytest.raises(ValueError, match="max_points"):
         minmax_downsample(x, y, 3)

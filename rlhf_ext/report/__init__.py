@@ -24,8 +24,15 @@ from .headline import headline
 from .page import SIZE_BOUND_BYTES, ReportData, collect, incident_rows, render_html, write_report
 from .panels import PANELS, Panel, resolve
 from .runs import RunRecord, RunRecordError, load_run, load_runs
-from .series import (WindowStats, difference_exceeds_noise, final_window, first_window, minmax_downsample,
-                     moving_average, stride_downsample)
+from .series import (
+    WindowStats,
+    difference_exceeds_noise,
+    final_window,
+    first_window,
+    minmax_downsample,
+    moving_average,
+    stride_downsample,
+)
 
 __all__ = [
     "write_report", "collect", "render_html", "ReportData", "SIZE_BOUND_BYTES", "incident_rows",

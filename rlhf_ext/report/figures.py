@@ -15,7 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .evals import EvalPoint, common_pass_k, series as eval_series, tasks_of
+from .evals import EvalPoint, common_pass_k, tasks_of
+from .evals import series as eval_series
 from .panels import PanelData, timing_phases
 from .runs import RunRecord
 from .series import minmax_downsample, moving_average, stride_downsample

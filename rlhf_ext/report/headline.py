@@ -16,8 +16,9 @@ Rules the sentences follow:
 
 from __future__ import annotations
 
-import numpy as np
 from typing import List, Optional, Sequence
+
+import numpy as np
 
 from .evals import PairRow
 from .panels import PASS_RATE_KEYS, TIMING_TOTAL
@@ -73,7 +74,8 @@ def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: i
                    "different amounts of training.")
     for r in runs:
         if r.status == RUNNING:
-            out.append(f"{r.name} is still running (or was killed without an end record); last step {r.last_step}.")
+            last = f"last step {r.last_step}" if r.last_step is not None else "no step recorded yet"
+            out.append(f"{r.name} is still running (or was killed without an end record); {last}.")
         elif r.status == "stopped_by_guard":
             step = next((e.get("step") for e in reversed(r.events) if e.get("event") == "guard_incident"), r.last_step)
             out.append(f"{r.name} was stopped by the non-finite guard at step {step}.")

@@ -19,12 +19,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .configdiff import ConfigDiff, algorithm_summary, diff_configs, format_value
 from .evals import EvalPoint, EvalRun, PairRow, attribute, find_eval_dirs, load_eval, paired_rows
-from .figures import (DynamicsFigure, dynamics_figure, eval_figures, run_colors, timing_figure, wall_unit,
-                      window_choices)
+from .figures import DynamicsFigure, dynamics_figure, eval_figures, run_colors, timing_figure, wall_unit, window_choices
 from .headline import headline
 from .panels import PANELS, PanelData, resolve
 from .runs import RunRecord, load_runs

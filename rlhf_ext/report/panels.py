@@ -96,10 +96,13 @@ def resolve(panel: Panel, runs: Sequence[RunRecord]) -> PanelData:
     """Pick each run's key for each line style; fall back to :attr:`Panel.fallback` when no run
     has any; note the runs that lack the panel."""
     data = PanelData(panel=panel)
+    empty_runs = []
     for i, run in enumerate(runs):
         chosen = [next((k for k in candidates if run.has(k)), None) for candidates in panel.lines]
         if any(chosen):
             data.keys[i] = chosen
+        elif not len(run.steps):
+            empty_runs.append(run.name)  # nothing logged yet: not a missing metric
         else:
             data.missing_runs.append(run.name)
     if data.empty and panel.fallback is not None:
@@ -108,11 +111,15 @@ def resolve(panel: Panel, runs: Sequence[RunRecord]) -> PanelData:
             wanted = ", ".join(c[0] for c in panel.lines)
             fallback.note = f"No run logged {wanted}; showing {panel.fallback.lines[0][0]} instead. {panel.missing}"
             return fallback
-    if data.empty:
+    notes = []
+    if data.empty and data.missing_runs:
         wanted = " / ".join(c for cands in panel.lines for c in cands)
-        data.note = f"No run logged {wanted}. {panel.missing}".strip()
+        notes.append(f"No run logged {wanted}. {panel.missing}".strip())
     elif data.missing_runs:
-        data.note = f"Not logged by {', '.join(data.missing_runs)}."
+        notes.append(f"Not logged by {', '.join(data.missing_runs)}.")
+    if empty_runs:
+        notes.append(f"No step recorded yet by {', '.join(empty_runs)}.")
+    data.note = " ".join(notes)
     return data
 
 
