@@ -383,3 +383,18 @@ def test_headline_names_each_pair_of_runs_once_at_their_latest_common_step():
     assert "b @ step 200 \u2212 a @ step 200 = +10.0 points [+5.0, +15.0]" in text and "distinguishable" in text
     assert "step 100" not in text
     assert "+20.0 points" in text  # the over-training row is always stated
+
+
+def test_a_hub_model_id_is_the_starting_model_of_the_runs_that_name_it(tmp_path):
+    run = write_synthetic_run(tmp_path / "r", steps=5, extra_args={"actor.model_name_or_path": "Qwen/Qwen2.5-0.5B"})
+    ev = load_eval(write_synthetic_eval(tmp_path / "ev", model="Qwen/Qwen2.5-0.5B", accuracy=0.3))
+    points, unplaced = attribute([ev], load_runs([run]))
+    assert [(p.run, p.step, p.how) for p in points] == [(0, 0, "starting model")] and unplaced == []
+
+
+def test_headline_compares_every_run_on_one_metric(tmp_path):
+    a = write_run(tmp_path / "a", lines(*({"step": i, "train/score": 0.5, "train/reward": 1.0} for i in range(1, 5))))
+    b = write_run(tmp_path / "b", lines(*({"step": i, "train/reward": 0.2} for i in range(1, 5))))
+    text = "\n".join(headline(load_runs([a, b])))
+    assert "b logged no batch pass rate: left out of the comparisons below." in text
+    assert "b \u2212 a" not in text and "a 0.5 \u00b1 0 (steps 3\u20134)" in text

@@ -138,10 +138,11 @@ def _within(path: str, root: Optional[str]) -> bool:
     return root is not None and (path == root or path.startswith(root.rstrip(os.sep) + os.sep))
 
 
-def _match(model: str, run: RunRecord) -> Optional[Tuple[int, str]]:
+def _match(raw: str, model: str, run: RunRecord) -> Optional[Tuple[int, str]]:
+    """``raw``: the evaluated model as recorded (a hub id stays a hub id); ``model``: normalized."""
     cwd = (run.config.get("git") or {}).get("cwd")
-    base = _norm(run.args.get("actor.model_name_or_path") or run.args.get("actor.pretrain"), cwd)
-    if base is not None and model == base:
+    start = run.args.get("actor.model_name_or_path") or run.args.get("actor.pretrain")
+    if isinstance(start, str) and (raw == start or model == _norm(start, cwd)):
         return 0, "starting model"
     for event in run.events:
         if event.get("event") != "checkpoint" or not isinstance(event.get("step"), int):
@@ -166,7 +167,7 @@ def attribute(evals: Sequence[EvalRun], runs: Sequence[RunRecord]) -> Tuple[List
     points, unplaced = [], []
     for ev in evals:
         model = _norm(ev.model, None) if os.path.isabs(ev.model) else ev.model
-        hits = [(i, m) for i, run in enumerate(runs) if (m := _match(model, run)) is not None]
+        hits = [(i, m) for i, run in enumerate(runs) if (m := _match(ev.model, model, run)) is not None]
         if not hits:
             unplaced.append((ev, f"its model {ev.model} is neither the starting model, a checkpoint nor the "
                                  "final model of any run given"))

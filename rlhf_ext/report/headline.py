@@ -26,6 +26,7 @@ from .runs import RUNNING, RunRecord
 from .series import WindowStats, difference_exceeds_noise, final_window, first_window
 
 DEFAULT_WINDOW = 10
+REWARD_KEYS = ("train/reward", "rollout/reward_mean")
 
 
 def _fmt(x: float) -> str:
@@ -83,15 +84,24 @@ def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: i
             out.append(f"{r.name} crashed after step {r.last_step}.")
     k = window_size(done, window)
 
+    # One metric for every run: the pass rate when any run logged it, else the reward; a run
+    # lacking it is named, never compared on another metric.
     stats = {}
     metric_name = None
-    for r in done:
-        key = _key(r, PASS_RATE_KEYS) or _key(r, ("train/reward", "rollout/reward_mean"))
-        if key is None:
-            continue
-        metric_name = metric_name or ("batch pass rate" if key in PASS_RATE_KEYS else "reward")
-        steps, values = r.series(key)
-        stats[r.name] = (final_window(steps, values, k), first_window(steps, values, k), key)
+    for candidates, label in ((PASS_RATE_KEYS, "batch pass rate"), (REWARD_KEYS, "reward")):
+        keys = {r.name: _key(r, candidates) for r in done}
+        if any(keys.values()):
+            metric_name = label
+            break
+    if metric_name is not None:
+        lacking = [name for name, key in keys.items() if key is None]
+        if lacking:
+            out.append(f"{', '.join(lacking)} logged no {metric_name}: left out of the comparisons below.")
+        for r in done:
+            if keys[r.name] is None:
+                continue
+            steps, values = r.series(keys[r.name])
+            stats[r.name] = (final_window(steps, values, k), first_window(steps, values, k), keys[r.name])
     if stats:
         parts = [f"{name} {_stats_text(s[0])}" for name, s in stats.items() if s[0] is not None]
         out.append(f"Training {metric_name} over the final {k} logged steps (mean \u00b1 step-to-step SD): "
