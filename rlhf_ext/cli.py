@@ -173,17 +173,18 @@ def _add_report(subparsers) -> None:
         "report",
         help="one offline HTML page comparing RL runs (training dynamics, evals, incidents)",
         description=(
-            "Write ONE self-contained HTML file (plotly inlined, opens offline by double-click) that compares "
-            "RL runs: run table with the configuration keys that differ, headline sentences, all runs' training "
-            "dynamics overlaid (step or wall-clock x axis, moving-average window), evaluation over checkpoints "
-            "from evalkit output directories with bootstrap bands and paired comparisons, and incidents. "
-            "RUN_DIR is a run record directory (config.json, metrics.jsonl, events.jsonl; written by "
-            "--plugin rlhf_ext runs). See docs/report.md."
+            "Write ONE self-contained HTML file (plotly inlined; opens offline by double-click) that\n"
+            "compares RL runs: the run table with the configuration keys that differ, headline sentences,\n"
+            "all runs' training dynamics overlaid (step or wall-clock x axis, moving-average window),\n"
+            "evaluation over checkpoints from evalkit output directories with bootstrap bands and paired\n"
+            "comparisons, and incidents.\n\n"
+            "RUN_DIR is a run record (config.json, metrics.jsonl, events.jsonl), written by runs with\n"
+            "--plugin rlhf_ext. See docs/report.md.\n"
         ),
         epilog=(
             "example:\n  rlhf-ext report runs/grpo runs/dr_grpo --evals evals/ --names GRPO,Dr.GRPO -o report.html\n"
-            "--evals takes evalkit output directories or folders holding them; each is placed on the run "
-            "and step of the checkpoint it evaluated."
+            "--evals takes evalkit output directories or folders holding them; each is placed on the run\n"
+            "and step of the checkpoint it evaluated (starting model: step 0)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
