@@ -39,7 +39,7 @@ pip install -q "plotly>=6" "playwright>=1.40"
 if ! command -v chromium >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
   export DEBIAN_FRONTEND=noninteractive
-  apt-cache policy chromium 2>/dev/null | grep -q 'Candidate: [0-9]' || $SUDO apt-get update -q || true
+  $SUDO apt-get update -q || true  # a stale package list can name a version the mirror no longer has
   $SUDO apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 chromium \
     || echo "setup_env: could not install chromium (needs root); the report browser test will fail" >&2
 fi
