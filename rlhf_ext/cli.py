@@ -199,8 +199,10 @@ def _add_report(subparsers) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from .report import EvalDirError, RunRecordError, write_report
+    import shlex
+
     from .evalkit.records import RunDirError
+    from .report import EvalDirError, RunRecordError, write_report
 
     names = None
     if args.names is not None:
@@ -208,8 +210,6 @@ def _run_report(args: argparse.Namespace) -> int:
         if any(not n for n in names):
             print(f"rlhf-ext report: error: --names {args.names!r} has an empty name", file=sys.stderr)
             return 2
-    import shlex
-
     command = shlex.join(["rlhf-ext", "report", *args.run_dirs, *(["--evals", *args.evals] if args.evals else []),
                           *(["--names", args.names] if names else []), "-o", args.output])
     try:
@@ -220,6 +220,9 @@ def _run_report(args: argparse.Namespace) -> int:
         return 2
     except ImportError as exc:
         print(f"rlhf-ext report: error: {exc}; install plotly (pip install 'rlhf_ext[report]')", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"rlhf-ext report: error: cannot write {args.output}: {exc}", file=sys.stderr)
         return 1
     print(out)
     return 0
