@@ -222,7 +222,7 @@ def _run_report(args: argparse.Namespace) -> int:
         print(f"rlhf-ext report: error: {exc}; install plotly (pip install 'rlhf_ext[report]')", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"rlhf-ext report: error: cannot write {args.output}: {exc}", file=sys.stderr)
+        print(f"rlhf-ext report: error: {exc}", file=sys.stderr)  # unreadable input or unwritable output
         return 1
     print(out)
     return 0
