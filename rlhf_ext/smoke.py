@@ -364,7 +364,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         subprocess.run([sys.executable, "-m", "rlhf_ext.evalkit", "compare", str(work / "eval_before"),
                         str(work / "eval_after")], check=False)
         print(f"before: {_accuracy_line(before)}\nafter:  {_accuracy_line(after)}")
+    _write_report(work)
     return 0
+
+
+def _write_report(work: Path) -> None:
+    """The comparison page of the run (rlhf-ext report), once the training has written a run record."""
+    from rlhf_ext.report import report_workdir
+
+    path, message = report_workdir(work)
+    print(f"report: {path} ({message})" if path else f"report: {message}", flush=True)
 
 
 def _accuracy_line(summary: dict) -> str:

@@ -32,4 +32,15 @@ pip install -q -e ".[openrlhf,test]" torch==2.13.0
 # ("operator torchvision::nms does not exist"); nothing here needs them.
 step "removing torchvision/torchaudio/torchcodec"
 pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+# rlhf-ext report: plotly (the 'report' extra), and for its browser test Playwright driving the
+# system's Chromium (Debian's package; a browser downloaded at run time is not reachable).
+step "rlhf-ext report: plotly, Playwright, Chromium"
+pip install -q "plotly>=6" "playwright>=1.40"
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q || true  # a stale package list can name a version the mirror no longer has
+  $SUDO apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 chromium \
+    || echo "setup_env: could not install chromium (needs root); the report browser test will fail" >&2
+fi
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
