@@ -43,4 +43,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 chromium \
     || echo "setup_env: could not install chromium (needs root); the report browser test will fail" >&2
 fi
+# DeepSpeed JIT-builds its CPU ops (shared-memory collectives, Adam) on first use, about a minute
+# each on 2 cores. Build them now, so that no training run (and no test) pays for it or can be
+# stopped in the middle of a build; they are cached in ~/.cache/torch_extensions.
+step "DeepSpeed CPU ops (built once, cached)"
+DS_ACCELERATOR=cpu "$VENV/bin/python" -c '
+from deepspeed.accelerator import get_accelerator
+for name in ("ShareMemCommBuilder", "FusedAdamBuilder"):
+    builder = get_accelerator().create_op_builder(name)
+    if builder is not None:
+        builder.load(verbose=False)
+' 2>&1 | grep -v -e "Setting accelerator to CPU" -e "^\[.*WARNING" || true
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
