@@ -33,3 +33,5 @@ pip install -q -e ".[openrlhf,test]" torch==2.13.0
 step "removing torchvision/torchaudio/torchcodec"
 pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
+# verl 0.9.1 lives in its own environment (.venv-verl): its pins clash with this one's.
+bash scripts/setup_verl_env.sh

@@ -55,7 +55,7 @@ from .openrlhf_protocol import RewardScorer, recover_response
 def __getattr__(name):
     # Loaded on first use, so that `python -m rlhf_ext.rewards.path` runs without runpy's
     # "found in sys.modules" warning.
-    if name in ("reward_file_path", "resolve_remote_url"):
+    if name in ("reward_file_path", "verl_reward_file_path", "resolve_remote_url"):
         from . import path
 
         return getattr(path, name)
@@ -97,5 +97,6 @@ __all__ = [
     "RewardScorer",
     "recover_response",
     "reward_file_path",
+    "verl_reward_file_path",
     "resolve_remote_url",
 ]
