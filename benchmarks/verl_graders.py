@@ -18,7 +18,7 @@ hostile answers (``\\boxed{9^{9^{9^{9}}}}``, math-verify issue #65) submitted fi
 ordinary samples: how many ordinary samples are still graded right, and how long it takes.
 Run it in the verl environment (.venv-verl):
 
-    .venv-verl/bin/python benchmarks/verl_graders.py --threads 8 --timeout 3
+    .venv-verl/bin/python benchmarks/verl_graders.py          # 400 + 6 hostile + 32 samples, 8 threads, 2 s limit
 
 Results and the command: docs/benchmarks.md. Every worker process the graders leave computing is
 killed at the end.
@@ -111,9 +111,12 @@ def run(score, items, threads):
 def summarize(results, items, wall, errors):
     graded = [(r, it[2]) for r, it in zip(results, items) if r is not None]
     right = sum(1 for r, label in graded if (r > 0.5) == label)
+    correct_items = sum(1 for it in items if it[2])
+    credited = sum(1 for r, label in graded if label and r > 0.5)
     return {"samples": len(items), "wall_s": round(wall, 2), "samples_per_s": round(len(items) / wall, 1),
             "errors": len(errors), "first_error": errors[0] if errors else None,
-            "verdicts_right": right, "verdicts_right_frac": round(right / len(items), 3)}
+            "verdicts_right": right, "verdicts_right_frac": round(right / len(items), 3),
+            "correct_answers_credited": f"{credited}/{correct_items}"}
 
 
 def _children():
@@ -157,10 +160,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("Run it")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=400, help="ordinary samples in phase 1 (default 400)")
-    parser.add_argument("--after", type=int, default=48, help="ordinary samples after the hostile ones (default 48)")
+    parser.add_argument("--after", type=int, default=32, help="ordinary samples after the hostile ones (default 32)")
     parser.add_argument("--hostile", type=int, default=6, help="hostile samples in phase 2 (default 6)")
     parser.add_argument("--threads", type=int, default=8, help="executor threads, as verl's reward loop (default 8)")
-    parser.add_argument("--timeout", type=float, default=3.0, help="per-sample time limit, seconds (default 3)")
+    parser.add_argument("--timeout", type=float, default=2.0, help="per-sample time limit, seconds (default 2)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
 
