@@ -98,9 +98,43 @@ CHECK_AND_KL = """
 """ + KL_PROBE.replace("print(json.dumps(out))", "print(json.dumps({'check': [rc, buf.getvalue()], 'kl': out}))")
 
 
+THIRD_PARTY_MODULE = '''
+import torch
+from rlhf_ext.algorithms import register_advantage
+
+
+@register_advantage("third_party_sign")
+def third_party_sign(scores):
+    """A third party's estimator: the sign of r - group mean."""
+    return torch.sign(scores - scores.mean(dim=1, keepdim=True))
+'''
+
+
+def _third_party_package(root) -> str:
+    """A distribution declaring an ``rlhf_ext.algorithms`` entry point, on a path of its own."""
+    info = os.path.join(root, "tp_algos-1.0.dist-info")
+    os.makedirs(info, exist_ok=True)
+    with open(os.path.join(root, "tp_algos.py"), "w") as f:
+        f.write(THIRD_PARTY_MODULE)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: tp-algos\nVersion: 1.0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w") as f:
+        f.write("[rlhf_ext.algorithms]\ntp = tp_algos\n")
+    return root
+
+
+THIRD_PARTY_PROBE = PROBE + """
+    import numpy as np, torch
+    fn = core_algos.get_adv_estimator_fn("rlhf_ext_third_party_sign")
+    adv, _ = fn(torch.tensor([[1.0], [0.0], [0.0]]), torch.ones(3, 1), index=np.array(["u"] * 3, dtype=object))
+    print(json.dumps({"third_party": adv[:, 0].tolist()}))
+"""
+
+
 @pytest.fixture(scope="module")
-def probes():
+def probes(tmp_path_factory):
     py = sys.executable
+    third_party = _third_party_package(str(tmp_path_factory.mktemp("third_party")))
 
     def code(text):
         return [py, "-c", textwrap.dedent(text)]
@@ -111,6 +145,7 @@ def probes():
         "off": (code(PROBE), {"VERL_USE_EXTERNAL_PLUGINS": "none"}),
         "kl_range": (code(KL_PROBE), {"RLHF_EXT_VERL_KL_CLIP": "-2,5"}),
         "kl_bad": (code("from verl.trainer.ppo import core_algos"), {"RLHF_EXT_VERL_KL_CLIP": "5,-5"}),
+        "third_party": (code(THIRD_PARTY_PROBE), {"PYTHONPATH": third_party}),
     })
 
 
@@ -131,6 +166,12 @@ def test_verl_use_external_plugins_none_turns_it_off(probes):
     out = probes.json("off")
     assert not out["loaded"]
     assert out["adv"] == [] and out["loss"] == []
+
+
+def test_third_party_estimators_from_the_rlhf_ext_entry_point_appear_in_verl(probes):
+    out = probes.json("third_party")
+    assert "rlhf_ext_third_party_sign" in out["adv"] and out["before"] == []
+    assert out["third_party"] == [1.0, -1.0, -1.0]
 
 
 def test_check_command_reports_what_is_registered(probes):
