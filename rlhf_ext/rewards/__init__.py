@@ -19,7 +19,8 @@ Rewards, by name or as a weighted combination::
 
 OpenRLHF: ``--reward.remote_url "$(python -m rlhf_ext.rewards.path)"`` (configured by the
 ``RLHF_EXT_REWARD*`` variables, see :mod:`.config`), or ``rlhf-ext reward-server`` for remote
-rollout actors. Third-party rewards register with ``@register_reward`` or the ``rlhf_ext.rewards``
+rollout actors. verl: ``reward.custom_reward_function.path=$(python -m rlhf_ext.rewards.path --verl)``
+with ``name=compute_score`` (:mod:`.verl_reward`, docs/verl.md). Third-party rewards register with ``@register_reward`` or the ``rlhf_ext.rewards``
 entry point group. docs/rewards.md has the details.
 
 Importing this package does not import torch or start any process.

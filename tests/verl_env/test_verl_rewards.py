@@ -81,6 +81,12 @@ def test_configuration_errors_score_zero_and_say_why(caplog):
     out = verl_reward.compute_score(data_source="x", solution_str="\\boxed{1}", ground_truth="1", reward="accuracy",
                                     timeout=2, workers=2)
     assert out["score"] == 1.0 and "reward_answer_format" not in out
+    # Open-R1's rewards by name: format and tag_count need <think>/<answer> tags
+    r1 = "<think>\nadd them\n</think>\n<answer>\n\\boxed{3}\n</answer>"
+    out = verl_reward.compute_score(data_source="x", solution_str=r1, ground_truth="3", reward="open_r1",
+                                    timeout=2, workers=2)
+    assert (out["reward_accuracy"], out["reward_format"], out["reward_tag_count"]) == (1.0, 1.0, 1.0)
+    assert out["score"] == pytest.approx(3.0)
 
 
 def test_threads_with_hostile_answers_are_bounded_by_the_timeout(compute_score):
