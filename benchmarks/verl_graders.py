@@ -78,7 +78,7 @@ def verl_math_reward(timeout):
 
 
 def rlhf_ext_verl(timeout):
-    from rlhf_ext.rewards.verl_reward import compute_score
+    from rlhf_ext.rewards.verl_protocol import compute_score
 
     return lambda response, gold: compute_score(data_source="bench", solution_str=response, ground_truth=gold,
                                                 extra_info={}, reward="accuracy", timeout=timeout)["score"]
@@ -146,7 +146,7 @@ def cleanup():
             mv._pool = None
     except Exception:
         pass
-    from rlhf_ext.rewards import verl_reward
+    from rlhf_ext.rewards import verl_protocol as verl_reward
 
     verl_reward.close_all()
     for pid in _children():

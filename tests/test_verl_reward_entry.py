@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rlhf_ext.rewards import verl_reward
+from rlhf_ext.rewards import verl_protocol as verl_reward
 from rlhf_ext.rewards.path import verl_reward_file_path
 
 HOSTILE = "The answer is \\boxed{9^{9^{9^{9}}}}"
@@ -27,9 +27,13 @@ def score():
 
 def test_many_hostile_samples_from_threads_all_resolve(score):
     items = [(HOSTILE, "1")] * 5 + [(f"\\boxed{{{i}}}" if i % 2 else "no answer", str(i)) for i in range(10)]
-    with ThreadPoolExecutor(8) as pool:
+    pool = ThreadPoolExecutor(8)
+    try:
         futures = [pool.submit(score, *item) for item in items]
         results = [f.result(timeout=120) for f in futures]  # a lost sample fails here, not by hanging CI
+    finally:
+        verl_reward.close_all()  # resolves anything still pending, so the threads can end
+        pool.shutdown(wait=True)
     assert [r["flag_timeout"] for r in results[:5]] == [1.0] * 5
     assert [r["acc"] for r in results[5:]] == [1.0 if i % 2 else 0.0 for i in range(10)]
     assert all(r["error"] == 0.0 for r in results)

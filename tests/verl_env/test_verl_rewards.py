@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from verl import DataProto
 
-from rlhf_ext.rewards import verl_reward
+from rlhf_ext.rewards import verl_protocol as verl_reward
 
 HOSTILE = "so the answer is \\boxed{9^{9^{9^{9}}}}"
 KWARGS = {"reward": "math", "timeout": 2, "workers": 2}
@@ -50,6 +50,7 @@ def test_single_sample_contract(compute_score):
     out = compute_score(data_source="openai/gsm8k", solution_str="... so \\boxed{\\frac{1}{2}}", ground_truth="0.5",
                         extra_info={"index": 0})
     assert out["score"] == pytest.approx(1.2) and out["acc"] == 1.0  # correct 1.0 + answer format 0.2
+    assert verl_reward._rewards, "the file verl loads by path must share the package module's grader pool"
     assert out["reward_accuracy"] == 1.0 and out["reward_answer_format"] == 1.0 and out["error"] == 0.0
     wrong = compute_score(data_source="x", solution_str="\\boxed{3}", ground_truth="4", extra_info=None)
     assert (wrong["score"], wrong["acc"]) == (pytest.approx(0.2), 0.0)
@@ -98,8 +99,12 @@ def test_threads_with_hostile_answers_are_bounded_by_the_timeout(compute_score):
         done.append(threading.current_thread().name)
         return out
 
-    with ThreadPoolExecutor(8) as pool:
+    pool = ThreadPoolExecutor(8)
+    try:
         results = list(pool.map(one, items, timeout=120))  # a hang fails here instead of stalling CI
+    finally:
+        verl_reward.close_all()  # resolves anything still pending, so the threads can end
+        pool.shutdown(wait=True)
     assert len(set(done)) > 1  # really from several threads
     assert [r["flag_timeout"] for r in results[:2]] == [1.0, 1.0]
     assert [r["acc"] for r in results[:2]] == [0.0, 0.0]
