@@ -20,8 +20,11 @@ import sys
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rlhf_ext.patches.verl",
-        description=__doc__.split("\n\n")[0] + " Exits 1 on a problem.",
-        epilog="example: VERL_USE_EXTERNAL_PLUGINS=auto python -m rlhf_ext.patches.verl",
+        description="Check the installed verl against rlhf_ext's glue and list the estimators, losses and KL "
+                    "clamp it registers. Exits 1 when the plugin was not loaded or a seam does not fit.",
+        epilog="examples:\n  python -m rlhf_ext.patches.verl\n"
+               "  RLHF_EXT_VERL_KL_CLIP=-5,5 python -m rlhf_ext.patches.verl   # shows the clamp verl's processes will use",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.parse_args(argv)
     import importlib
