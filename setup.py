@@ -73,5 +73,7 @@ setup(
         "console_scripts": ["rlhf-ext = rlhf_ext.cli:main", "evalkit = rlhf_ext.evalkit.cli:main"],
         # Third-party reward functions: modules whose @register_reward decorators run on first lookup.
         "rlhf_ext.rewards": [],
+        # verl imports this at `import verl` in every process (VERL_USE_EXTERNAL_PLUGINS=none turns it off).
+        "verl.plugins": ["rlhf_ext = rlhf_ext.patches.verl.plugin"],
     },
 )

@@ -55,3 +55,5 @@ for name in ("ShareMemCommBuilder", "FusedAdamBuilder"):
         builder.load(verbose=False)
 ' 2>&1 | grep -v -e "Setting accelerator to CPU" -e "^\[.*WARNING" || true
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
+# verl 0.9.1 lives in its own environment (.venv-verl): its pins clash with this one's.
+bash scripts/setup_verl_env.sh

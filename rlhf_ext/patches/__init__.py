@@ -8,8 +8,11 @@ point, in every process the run starts. Code can do the same explicitly::
     from rlhf_ext.patches import activate
     activate(["rlhf_ext"])
 
+verl needs none of this: it loads :mod:`rlhf_ext.patches.verl` through its own ``verl.plugins``
+entry point (docs/verl.md).
+
 Framework-free math stays in :mod:`rlhf_ext.algorithms` and :mod:`rlhf_ext.rewards`; only this
-package knows OpenRLHF's internals (see docs/openrlhf_plugin.md). Importing it is cheap: nothing
+package knows OpenRLHF's and verl's internals (see docs/openrlhf_plugin.md). Importing it is cheap: nothing
 here imports torch, OpenRLHF or Ray until a patched module is imported.
 """
 

@@ -19,7 +19,8 @@ Rewards, by name or as a weighted combination::
 
 OpenRLHF: ``--reward.remote_url "$(python -m rlhf_ext.rewards.path)"`` (configured by the
 ``RLHF_EXT_REWARD*`` variables, see :mod:`.config`), or ``rlhf-ext reward-server`` for remote
-rollout actors. Third-party rewards register with ``@register_reward`` or the ``rlhf_ext.rewards``
+rollout actors. verl: ``reward.custom_reward_function.path=$(python -m rlhf_ext.rewards.path --verl)``
+with ``name=compute_score`` (:mod:`.verl_reward`, docs/verl.md). Third-party rewards register with ``@register_reward`` or the ``rlhf_ext.rewards``
 entry point group. docs/rewards.md has the details.
 
 Importing this package does not import torch or start any process.
@@ -55,7 +56,7 @@ from .openrlhf_protocol import RewardScorer, recover_response
 def __getattr__(name):
     # Loaded on first use, so that `python -m rlhf_ext.rewards.path` runs without runpy's
     # "found in sys.modules" warning.
-    if name in ("reward_file_path", "resolve_remote_url"):
+    if name in ("reward_file_path", "verl_reward_file_path", "resolve_remote_url"):
         from . import path
 
         return getattr(path, name)
@@ -97,5 +98,6 @@ __all__ = [
     "RewardScorer",
     "recover_response",
     "reward_file_path",
+    "verl_reward_file_path",
     "resolve_remote_url",
 ]

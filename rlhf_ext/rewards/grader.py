@@ -455,7 +455,7 @@ class MathGrader:
                 # to the front of the queue; whichever copy finishes first answers (see _resolve).
                 with self._lock:
                     for task in reversed(list(w.inflight)[1:]):
-                        if not task.rescued:
+                        if not task.future.done() and not self._pending_elsewhere(task, w):
                             task.rescued = True
                             self._queue.appendleft(task)
         while True:
@@ -574,8 +574,16 @@ class MathGrader:
         with self._lock:
             while worker.inflight:
                 task = worker.inflight.pop()
-                if not task.rescued and not task.future.done():  # a rescued copy is queued already
+                # A rescued copy may be queued or running elsewhere -- or it may have been dispatched
+                # behind another slow sample whose worker was removed too: requeue unless a live copy
+                # exists, or the sample would never resolve.
+                if not task.future.done() and not self._pending_elsewhere(task, worker):
                     self._queue.appendleft(task)
+
+    def _pending_elsewhere(self, task: _Task, worker: _Worker) -> bool:
+        """``task`` is queued, or sent to a live worker other than ``worker`` (caller holds self._lock)."""
+        return any(t is task for t in self._queue) or any(
+            any(t is task for t in w.inflight) for w in self._workers if w is not worker)
 
     def _worker_died(self, worker: _Worker) -> None:
         if worker not in self._workers:
