@@ -46,3 +46,18 @@ def local_ray(plugin_active):
              runtime_env={"env_vars": {"RLHF_EXT_QUIET": "0"}})
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tmp_path_factory):
+    """A character-level tokenizer built here (no model hub): decodes exactly what it encodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set("".join(chr(c) for c in range(32, 127)) + "\n"))
+    vocab = {"<pad>": 0, "<eos>": 1}
+    vocab.update({c: i + 2 for i, c in enumerate(chars)})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")

@@ -54,7 +54,7 @@ def test_every_rlhf_ext_estimator_spreads_its_values_over_the_tokens(local_ray, 
 
     options = {"k": 2} if name == "passk" else {}
     estimator = ConfiguredName(name, {"adv_estimator_options": options}) if options else name
-    adv, ret = run_task(compute_utils.compute_advantage, estimator, micro=3)  # 3: batches cross groups
+    adv, ret = run_task(compute_utils.compute_advantage, estimator)
     for got, want, length in zip(adv, expected(name, options), LENGTHS):
         assert got.shape == (length,)
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
@@ -65,7 +65,8 @@ def test_every_rlhf_ext_estimator_spreads_its_values_over_the_tokens(local_ray, 
 def test_rloo_hand_computed(local_ray):
     from mindspeed_rl.trainer.utils import compute_utils
 
-    adv, _ = run_task(compute_utils.compute_advantage, "rloo")
+    # micro-batches of one group each (adv_dispatch_size = n), as MindSpeed-RL hands them out
+    adv, _ = run_task(compute_utils.compute_advantage, "rloo", micro=4)
     # group 1: scores 1,0,0,1 -> r - mean(others): 1 - 1/3, 0 - 2/3, 0 - 2/3, 1 - 1/3
     assert torch.allclose(adv[0], torch.full((3,), 2 / 3))
     assert torch.allclose(adv[1], torch.full((5,), -2 / 3))

@@ -10,7 +10,9 @@ a Ray task of the same signature, imported by name into the three trainers:
   the dock hands them out (prompt-major, as ``group_norm`` assumes), runs the rlhf_ext estimator
   (:mod:`rlhf_ext.algorithms`) and spreads each response's advantage over its tokens, like
   ``group_norm`` does; REINFORCE++ and REINFORCE++-baseline then whiten the token advantages over
-  the batch (:func:`rlhf_ext.algorithms.whiten`, Hu 2025, arXiv 2501.03262). Returns equal the
+  the batch the task took from the dock (:func:`rlhf_ext.algorithms.whiten`, Hu 2025, arXiv
+  2501.03262) -- ``rl_config.adv_dispatch_size`` samples, so set it to the whole rollout batch for
+  the paper's batch-wide statistics. Like ``group_norm``, each batch must hold whole groups. Returns equal the
   advantages (outcome rewards, gamma = 1, as MindSpeed-RL's ``group_norm`` sets them).
 
 Estimator options come with the estimator name (:class:`.config.ConfiguredName`).

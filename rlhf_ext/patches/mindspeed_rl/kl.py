@@ -26,12 +26,13 @@ from .config import DEFAULT_KL_CLIP, MINDSPEED_KL_PENALTIES, kl_clip_of, setting
 _ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3", "k1": "k1", "k2": "k2", "k3": "k3"}
 LOG_RATIO_CLIP = 20.0
 
-# The clipped fraction of the latest call in this thread, read by the loss for its metrics.
+# Which values the latest call in this thread clamped, read by the loss for its metrics (the seam
+# has no response mask; the loss has).
 _last = threading.local()
 
 
-def last_clip_frac():
-    return getattr(_last, "clip_frac", None)
+def last_clipped():
+    return getattr(_last, "clipped", None)
 
 
 def rlhf_ext_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, name: str, clip) -> torch.Tensor:
@@ -40,12 +41,11 @@ def rlhf_ext_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, name: str, c
     bounds = None if clip == "none" else (DEFAULT_KL_CLIP if clip is None else clip)
     if name == "abs":
         value = (log_prob - ref_log_prob).abs()
-        clamped = value if bounds is None else value.clamp(bounds[0], bounds[1])
-        _last.clip_frac = (clamped != value).float().mean().detach()
-        return clamped
-    kl, metrics = kl_estimate(log_prob, ref_log_prob, _ALIASES[name], clip=bounds, log_ratio_clip=LOG_RATIO_CLIP)
-    _last.clip_frac = metrics["kl_clip_frac"]
-    return kl
+    else:
+        value, _ = kl_estimate(log_prob, ref_log_prob, _ALIASES[name], clip=None, log_ratio_clip=LOG_RATIO_CLIP)
+    clamped = value if bounds is None else value.clamp(bounds[0], bounds[1])
+    _last.clipped = (clamped != value).detach()
+    return clamped
 
 
 def make_compute_kl_penalty(original, module):
@@ -54,7 +54,7 @@ def make_compute_kl_penalty(original, module):
         name = str(kl_penalty)
         clip = kl_clip_of(settings_of(kl_penalty))
         if name in MINDSPEED_KL_PENALTIES and clip is None:
-            _last.clip_frac = None
+            _last.clipped = None
             return original(logprob, ref_logprob, name)
         if name not in _ALIASES and name != "abs":
             return original(logprob, ref_logprob, name)  # MindSpeed-RL's own error for unknown names

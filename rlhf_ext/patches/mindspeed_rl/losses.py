@@ -130,10 +130,12 @@ def _make_compute_loss(original, module, with_kl: bool, default_mode):
         extra = {"entropy": entropy_mean.detach(), "kl_loss": pg.new_zeros(()), "kl_clip_frac": None}
         pg_loss = pg
         if with_kl:
-            from .kl import last_clip_frac
+            from .kl import last_clipped
 
             kl = module.compute_kl_penalty(log_probs, batch["ref_log_prob"], self.kl_penalty)
-            extra["kl_clip_frac"] = last_clip_frac()
+            clipped = last_clipped()
+            if clipped is not None and clipped.shape == mask.shape:
+                extra["kl_clip_frac"] = _masked_mean(clipped.float(), mask).detach()
             kl_mean = _masked_mean(kl, mask)
             extra["kl_loss"] = kl_mean.detach()
             pg_loss = pg_loss + kl_mean * self.kl_ctrl.value
