@@ -1,0 +1,46 @@
+"""Activation and the seam checks of rlhf_ext.patches.mindspeed_rl."""
+
+import types
+
+import pytest
+
+from rlhf_ext.patches.mindspeed_rl import PATCHES, MindSpeedRLCompatibilityError, applied, compat, mindspeed_rl_version
+
+
+def test_every_seam_is_patched_after_import():
+    import mindspeed_rl.trainer.dapo_trainer_hybrid  # noqa: F401
+    import mindspeed_rl.trainer.ppo_trainer_hybrid  # noqa: F401
+
+    assert mindspeed_rl_version() == "2.1.0"
+    done = applied()
+    for patch in PATCHES:
+        assert patch.name in done.get(patch.module, []), patch
+
+
+def test_a_changed_signature_names_the_seam_and_changes_nothing():
+    def __init__(self, config_dict, extra):  # what a future MindSpeed-RL might have
+        pass
+
+    fake = types.ModuleType("mindspeed_rl.config_cls.rl_config")
+    fake.RLConfig = type("RLConfig", (), {"__init__": __init__, "update": lambda self, d: None})
+    with pytest.raises(MindSpeedRLCompatibilityError) as err:
+        compat.apply_module(fake)
+    message = str(err.value)
+    assert "patch 'rl_config keys and validation'" in message
+    assert "RLConfig.__init__ has parameters (self, config_dict, extra), expected (self, config_dict)" in message
+    assert fake.RLConfig.__init__ is __init__
+
+
+def test_missing_builtin_reward_function_is_reported():
+    fake = types.ModuleType("mindspeed_rl.models.rule_verifier")
+    fake.verifier = lambda responses, data, config, **kwargs: None
+    problems = compat.check_module(fake)
+    assert any("rule_verifier.accuracy_reward does not exist" in p for p in problems)
+
+
+def test_unsupported_release_is_refused(monkeypatch):
+    monkeypatch.delenv(compat.ALLOW_UNSUPPORTED_ENV, raising=False)
+    with pytest.raises(MindSpeedRLCompatibilityError, match="supports MindSpeed-RL 2.1.x"):
+        compat.check_version("2.2.0")
+    monkeypatch.setenv(compat.ALLOW_UNSUPPORTED_ENV, "1")
+    assert compat.check_version("2.2.0") == "2.2.0"
