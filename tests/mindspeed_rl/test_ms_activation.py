@@ -17,12 +17,13 @@ def test_every_seam_is_patched_after_import():
         assert patch.name in done.get(patch.module, []), patch
 
 
-def test_a_changed_signature_names_the_seam_and_changes_nothing():
+def test_a_changed_signature_names_the_seam_and_changes_nothing(monkeypatch):
     def __init__(self, config_dict, extra):  # what a future MindSpeed-RL might have
         pass
 
     fake = types.ModuleType("mindspeed_rl.config_cls.rl_config")
     fake.RLConfig = type("RLConfig", (), {"__init__": __init__, "update": lambda self, d: None})
+    monkeypatch.delitem(compat._applied_modules, fake.__name__)  # as in a process that has not patched it yet
     with pytest.raises(MindSpeedRLCompatibilityError) as err:
         compat.apply_module(fake)
     message = str(err.value)
