@@ -45,3 +45,24 @@ def test_unsupported_release_is_refused(monkeypatch):
         compat.check_version("2.2.0")
     monkeypatch.setenv(compat.ALLOW_UNSUPPORTED_ENV, "1")
     assert compat.check_version("2.2.0") == "2.2.0"
+
+
+def test_ray_init_carries_the_plugin_into_mindspeed_rl_s_runtime_env(monkeypatch):
+    """cli/train_*.py calls ray.init(runtime_env=<configs/envs/runtime_env.yaml>): the plugin joins it."""
+    import os
+
+    import ray
+    import yaml
+    from conftest import mindspeed_src
+
+    from rlhf_ext.patches.openrlhf.ray_env import SETUP_HOOK, with_plugin_runtime_env
+
+    assert getattr(ray.init, "__rlhf_ext_patch__", None)
+    with open(os.path.join(mindspeed_src(), "configs", "envs", "runtime_env.yaml"), encoding="utf-8") as f:
+        runtime_env = yaml.safe_load(f)
+    monkeypatch.setenv("RLHF_EXT_PLUGINS", "rlhf_ext")
+    merged = with_plugin_runtime_env(runtime_env)
+    assert merged["env_vars"]["RLHF_EXT_PLUGINS"] == "rlhf_ext"
+    assert merged["worker_process_setup_hook"] == SETUP_HOOK
+    for key, value in runtime_env["env_vars"].items():
+        assert merged["env_vars"][key] == value
