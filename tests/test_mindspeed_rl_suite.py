@@ -9,7 +9,6 @@ these tests fail when they fail. MindSpeed-RL's unmodified source comes from
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
