@@ -57,3 +57,6 @@ for name in ("ShareMemCommBuilder", "FusedAdamBuilder"):
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
 # verl 0.9.1 lives in its own environment (.venv-verl): its pins clash with this one's.
 bash scripts/setup_verl_env.sh
+# MindSpeed-RL 2.1.0 lives in its own environment (.venv-mindspeed): it needs transformers 4.57.x.
+# Skip with RLHF_EXT_SKIP_MINDSPEED=1.
+if [ "${RLHF_EXT_SKIP_MINDSPEED:-0}" = "0" ]; then bash scripts/setup_mindspeed_env.sh; fi
