@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from rlhf_ext.evalkit.tasks import TASKS, custom_task, load_task
+from rlhf_ext.evalkit.tasks import TASKS, load_task
 
-from .io import DataToolError
+from .io import DataToolError, read_jsonl
 from .rules import word_ngrams
+
+
+TEXT_FIELDS = ("problem", "question", "prompt", "Problem")
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,13 @@ def load_benchmarks(dirs: Sequence[Path] = (), files: Sequence[Path] = ()) -> Li
         f = Path(f)
         if not f.is_file():
             raise DataToolError(f"--against {f}: no such file")
-        name = "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in f.stem)[:50] or "against"
-        task = custom_task("against_" + name)
-        items += [BenchmarkItem(f.name, p.id, p.text) for p in load_task(task.name, f, task=task).problems]
+        # Only the problem text matters here: answers may be absent.
+        for i, row in enumerate(read_jsonl(f)):
+            text = next((row[k] for k in TEXT_FIELDS if row.get(k) not in (None, "")), None)
+            if text is None:
+                raise DataToolError(f"--against {f}: line {i + 1} has no problem text (fields {', '.join(TEXT_FIELDS)})")
+            pid = next((row[k] for k in ("id", "unique_id", "idx", "ID") if row.get(k) not in (None, "")), i + 1)
+            items.append(BenchmarkItem(f.name, str(pid), str(text)))
     return items
 
 
