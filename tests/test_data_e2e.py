@@ -78,7 +78,7 @@ def pipeline(tmp_path_factory):
                   "--model.loss_type", "simpo", "--model.nll_loss_coef", "0.1",
                   "--model.model_name_or_path", task / "model", "--data.dataset", work / "pairs.jsonl",
                   "--data.prompt_key", "prompt", "--data.chosen_key", "chosen", "--data.rejected_key", "rejected",
-                  "--data.apply_chat_template", "--data.max_len", "64", "--data.max_samples", "64",
+                  "--data.apply_chat_template", "--data.max_len", "64",
                   "--train.micro_batch_size", "8", "--train.batch_size", "16", "--train.max_epochs", "1",
                   "--ds.zero_stage", "0", "--ds.param_dtype", "bf16", "--adam.lr", "1e-3", "--lr_scheduler", "constant",
                   "--ckpt.output_dir", dpo_out, "--ckpt.path", work / "dpo_ckpt",

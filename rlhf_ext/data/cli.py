@@ -140,9 +140,20 @@ def add_data_commands(subparsers) -> None:
 def _run_sample(args) -> int:
     import os
 
+    from rlhf_ext.evalkit.runner import EvalInterrupted
+
     from .sample import sample
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    try:
+        _sample(args, sample)
+    except EvalInterrupted as exc:
+        print(f"rlhf-ext data sample: {exc}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _sample(args, sample) -> None:
     sample(model=args.model, data=args.data, output=args.output, name=args.name, n_samples=args.n_samples,
            problem_key=args.problem_key, answer_key=args.answer_key, id_key=args.id_key, template=args.template,
            system_prompt=args.system_prompt, temperature=args.temperature, top_p=args.top_p,
@@ -150,7 +161,6 @@ def _run_sample(args) -> int:
            ray_address=args.ray_address, gpu_memory_utilization=args.gpu_memory_utilization,
            enforce_eager=args.enforce_eager, max_model_len=args.max_model_len, grader_workers=args.grader_workers,
            progress=not args.no_progress, log=lambda m: print(m, flush=True))
-    return 0
 
 
 def _run_filter(args) -> int:
