@@ -41,7 +41,7 @@ def avg_logp_margins(model_dir: Path, pairs_file: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
     def avg(prompt_msgs, answer_msgs):
         prompt = tok.apply_chat_template(prompt_msgs, tokenize=False, add_generation_prompt=True)
@@ -79,7 +79,7 @@ def pipeline(tmp_path_factory):
                   "--model.model_name_or_path", task / "model", "--data.dataset", work / "pairs.jsonl",
                   "--data.prompt_key", "prompt", "--data.chosen_key", "chosen", "--data.rejected_key", "rejected",
                   "--data.apply_chat_template", "--data.max_len", "64",
-                  "--train.micro_batch_size", "8", "--train.batch_size", "16", "--train.max_epochs", "1",
+                  "--train.micro_batch_size", "8", "--train.batch_size", "16", "--train.max_epochs", "3",
                   "--ds.zero_stage", "0", "--ds.param_dtype", "bf16", "--adam.lr", "1e-3", "--lr_scheduler", "constant",
                   "--ckpt.output_dir", dpo_out, "--ckpt.path", work / "dpo_ckpt",
                   "--logger.tensorboard_dir", work / "tb"],
