@@ -85,7 +85,8 @@ def nll_loss(chosen_avg_logps) -> torch.Tensor:
 
 
 def simpo_objective(chosen_avg_logps, rejected_avg_logps, *, beta: float = 2.0, gamma: float = 1.0,
-                    nll_coef: float = 0.0, label_smoothing: float = 0.0) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+                    nll_coef: float = 0.0,
+                    label_smoothing: float = 0.0) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """Batch loss ``mean(SimPO) + nll_coef * NLL(chosen)``, with the parts in ``metrics``
     (``simpo_loss``, ``nll_loss`` and everything :func:`simpo_loss` reports)."""
     if not nll_coef >= 0:

@@ -62,7 +62,8 @@ def clean_rows(rows: List[dict], *, problem_key: Optional[str] = None, answer_ke
             for i, fut in futures:
                 res = fut.result()
                 if not res.correct:
-                    verdict[i] = ("ungradable", "grading timed out" if res.timeout else f"answer {str(golds[i])[:60]!r}")
+                    detail = "grading timed out" if res.timeout else f"answer {str(golds[i])[:60]!r}"
+                    verdict[i] = ("ungradable", detail)
 
     for i, t in enumerate(texts):
         if verdict[i] is None:

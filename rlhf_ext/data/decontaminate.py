@@ -53,7 +53,8 @@ def load_benchmarks(dirs: Sequence[Path] = (), files: Sequence[Path] = ()) -> Li
         for i, row in enumerate(read_jsonl(f)):
             text = next((row[k] for k in TEXT_FIELDS if row.get(k) not in (None, "")), None)
             if text is None:
-                raise DataToolError(f"--against {f}: line {i + 1} has no problem text (fields {', '.join(TEXT_FIELDS)})")
+                raise DataToolError(f"--against {f}: line {i + 1} has no problem text "
+                                    f"(fields {', '.join(TEXT_FIELDS)})")
             pid = next((row[k] for k in ("id", "unique_id", "idx", "ID") if row.get(k) not in (None, "")), i + 1)
             items.append(BenchmarkItem(f.name, str(pid), str(text)))
     return items
