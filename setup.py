@@ -8,6 +8,7 @@ Core install needs only torch, numpy and math-verify. Extras:
 * ``npu``: torch_npu for Ascend (needs CANN on the machine; never installed in CI).
 * ``zh``: jieba, for the repetition penalty on Chinese text.
 * ``report``: plotly, for ``rlhf-ext report`` (the HTML comparison of runs).
+* ``data``: ``rlhf-ext data clean``'s near-duplicate detection (datasketch).
 * ``test``: the test tools.
 """
 
@@ -64,7 +65,9 @@ setup(
         "zh": ["jieba"],
         # rlhf-ext report: plotly builds the page (its JavaScript is inlined into the HTML file).
         "report": ["plotly>=6"],
-        "test": ["pytest>=8", "hypothesis>=6", "requests", "jieba"],
+        # rlhf-ext data clean: MinHash near-duplicate detection.
+        "data": ["datasketch>=1.6"],
+        "test": ["pytest>=8", "hypothesis>=6", "requests", "jieba", "datasketch>=1.6"],
     },
     cmdclass=STARTUP_HOOK["cmdclass"](),
     entry_points={

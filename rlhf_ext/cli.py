@@ -228,8 +228,32 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke)
-_SUBCOMMANDS += (_add_report,)
+# --- data ----------------------------------------------------------------------------------------
+
+
+def _add_data(subparsers) -> None:
+    from .data.cli import add_data_commands
+
+    p = subparsers.add_parser(
+        "data",
+        help="data tools between RL stages: sample, filter, pairs, sft, clean (docs/data.md)",
+        description="Curate training data with the current model: sample every prompt N times and grade it, keep "
+                    "the prompts worth training on, build DPO pairs and rejection-sampling SFT sets, clean and "
+                    "decontaminate. 'rlhf-ext data COMMAND --help' shows each command with an example.",
+    )
+    sub = p.add_subparsers(dest="data_command", metavar="COMMAND")
+    sub.required = True
+    add_data_commands(sub)
+    p.set_defaults(handler=_run_data)
+
+
+def _run_data(args: argparse.Namespace) -> int:
+    from .data.cli import run
+
+    return run(args)
+
+
+_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke, _add_report, _add_data)
 
 
 def build_parser() -> argparse.ArgumentParser:

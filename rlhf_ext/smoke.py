@@ -269,10 +269,14 @@ def weights_changed(before: Path, after: Path) -> Dict[str, float]:
     return {k: float((b[k].float() - a[k].to(b[k].dtype).float()).abs().max()) for k in common}
 
 
+TASK_NAME = "tiny_arith"  # the tiny task's name in evalkit's records and reports
+
+
 def evaluate(model: Path, data: Path, output: Path, *, n_samples: int, max_tokens: int, seed: int,
              timeout: float = 900) -> dict:
     """``evalkit`` on the tiny task's eval file (chat template, temperature 1); returns summary.json."""
-    cmd = [sys.executable, "-m", "rlhf_ext.evalkit", "gsm8k", "--model", str(model), "--data", str(data),
+    cmd = [sys.executable, "-m", "rlhf_ext.evalkit", "run", "--name", TASK_NAME, "--model", str(model),
+           "--data", str(data),
            "--template", "chat", "--n-samples", str(n_samples), "--temperature", "1.0", "--top-p", "1.0",
            "--max-tokens", str(max_tokens), "--seed", str(seed), "--output", str(output), "--no-progress"]
     subprocess.run(cmd, check=True, timeout=timeout, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})

@@ -290,8 +290,15 @@ def install_argparse_hook() -> None:
         _original_parse_known_args = original
 
         def parse_known_args(self, args=None, namespace=None):
-            if getattr(self, "_rlhf_ext_extended", False) or not is_openrlhf_ppo_parser(self):
+            if getattr(self, "_rlhf_ext_extended", False):
                 return original(self, args, namespace)
+            if not is_openrlhf_ppo_parser(self):
+                from .dpo_cli import is_openrlhf_dpo_parser, parse_with_plugin
+
+                if not is_openrlhf_dpo_parser(self):
+                    return original(self, args, namespace)
+                self._rlhf_ext_extended = True
+                return parse_with_plugin(self, original, args, namespace)
             self._rlhf_ext_extended = True
             try:
                 extend_parser(self)
