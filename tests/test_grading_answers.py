@@ -115,8 +115,8 @@ def test_bare_boxed_graded():
 
 @pytest.mark.parametrize("response, raw, source", [
     ("<think>try \\boxed{3}</think><answer>5</answer>", "5", "answer_tag"),
-    ("<think>\\boxed{3}</think>\n<answer>\nThe answer is \\boxed{5}.\n</answer>", "5", "answer_tag"),
-    ("<answer>\\boxed{7} or maybe \\boxed{8}</answer>", "8", "answer_tag"),
+    ("<think>\\boxed{3}</think>\n<answer>\nThe answer is \\boxed{5}.\n</answer>", "5", "boxed"),  # boxed in the tag
+    ("<answer>\\boxed{7} or maybe \\boxed{8}</answer>", "8", "boxed"),
     ("<answer>The answer is 5.</answer>", "5", "answer_tag"),
     ("\\boxed{5} ... \\boxed{}", "5", "boxed"),
     ("\\boxed{5} then \\boxed{ } and $\\boxed{}$", "5", "boxed"),

@@ -193,17 +193,17 @@ def _phrase_or_gsm8k(text: str) -> Optional[AnswerCandidate]:
     return None
 
 
-def _answer_in_tag(tag: str) -> Optional[str]:
+def _answer_in_tag(tag: str) -> Optional[AnswerCandidate]:
     """The answer an ``<answer>`` block states: its last non-empty box, a phrase, or the whole block."""
     boxed = find_last_boxed(tag)
     if boxed is not None:
-        return boxed.strip()
+        return AnswerCandidate(boxed.strip(), "boxed")
     inner = _phrase_or_gsm8k(tag)
     if inner is not None:
-        return inner.raw
+        return AnswerCandidate(inner.raw, "answer_tag")
     tag = _strip_math_delimiters(tag)
     if tag and len(tag) <= MAX_ANSWER_CHARS and not _EMPTY_BOX.fullmatch(tag):
-        return tag
+        return AnswerCandidate(tag, "answer_tag")
     return None
 
 
@@ -218,8 +218,8 @@ def find_answer_candidate(text: str) -> Optional[AnswerCandidate]:
     tag = _last_answer_tag(text)
     if tag is not None:
         answer = _answer_in_tag(tag)
-        if answer:
-            return AnswerCandidate(answer, "answer_tag")
+        if answer is not None and answer.raw:
+            return answer
     boxed = find_last_boxed(text)
     if boxed is not None:
         return AnswerCandidate(boxed.strip(), "boxed")
