@@ -7,12 +7,18 @@ Usage (from the repository root)::
 The corpus is fixed (built deterministically from ../shared/data: MATH-500, GSM8K, AIME 2024/2025,
 AMC 2023 golds): correct answers, equivalent spellings (``\\frac{1}{2}`` / ``0.5`` / ``1/2``, AIME
 ``025``, AMC ``27.0``, ``<answer>`` tags, "The answer is", ``#### N``), wrong answers, answers that
-cannot be parsed, and a few pathological ones (``\\boxed{9^{9^{9^{9}}}}`` and friends).
+cannot be parsed, a few pathological ones (``\\boxed{9^{9^{9^{9}}}}`` and friends), and correct
+answers in spellings that math-verify itself misreads ("misread": GSM8K answers of 1,000 and above
+with LaTeX thousands spacing ``1\\,430`` / ``57{,}500`` / ``25~000``, MATH-500 answers with unbraced
+operators ``\\frac32`` / ``3\\sqrt5``).
 
 Baseline: Open-R1's accuracy-reward loop -- for each sample, parse the gold, parse the answer, call
 ``verify(gold, answer)``, all in the main thread with math-verify's own SIGALRM timeouts (5 s), no
-cache. It runs the same math-verify calls as the grader (:mod:`rlhf_ext.rewards.math_verify_recipe`),
-so the two must agree wherever both finish.
+cache, math-verify's parse exactly as Open-R1 configures it (no rewriting of the LaTeX first). The
+final answer handed to it is found by the same extraction as the grader's, so the two differ only
+where the grader rewrites LaTeX that math-verify misreads
+(:func:`rlhf_ext.rewards.latex_for_math_verify`): they must agree on every other sample where both
+finish, and on the "misread" samples agreement is reported separately, with each side's accuracy.
 
 Measured, in one run: samples/s of both and their ratio (on the whole corpus and on the part without
 pathological samples), verdict agreement where neither timed out, per-sample latency p50/p99, and
@@ -37,7 +43,7 @@ sys.path.insert(0, REPO)
 
 from rlhf_ext.rewards import MathGrader, default_workers, prepare_gold  # noqa: E402
 from rlhf_ext.rewards.extraction import find_answer_candidate  # noqa: E402
-from rlhf_ext.rewards.math_verify_recipe import parse_answer, parse_gold  # noqa: E402
+from rlhf_ext.rewards.math_verify_recipe import ANSWER_EXTRACTION, GOLD_EXTRACTION  # noqa: E402
 
 PATHOLOGICAL = [
     "Multiplying out, the count is $\\boxed{9^{9^{9^{9}}}}$.",
@@ -82,10 +88,36 @@ UNPARSEABLE = ["I am not sure how to finish this.", "The answer is \\boxed{}.", 
                "Final answer: ???", "<answer>\n</answer>"]
 
 
+_THOUSANDS_SPACING = ["\\,", "{,}", "~", "\\;"]
+
+
+def _misread_thousands(n: str, i: int):
+    """``57500`` -> ``57\\,500`` (the separator cycles through LaTeX spacings), or None below 1000."""
+    if not re.fullmatch(r"\d{4,}", n):
+        return None
+    head, groups = n[: len(n) % 3 or 3], [n[j:j + 3] for j in range(len(n) % 3 or 3, len(n), 3)]
+    return _THOUSANDS_SPACING[i % len(_THOUSANDS_SPACING)].join([head] + groups)
+
+
+def _misread_operators(answer: str):
+    """``\\frac{3}{2}`` -> ``\\frac32``, ``3 \\sqrt{5}`` -> ``3 \\sqrt5``, or None when nothing changes."""
+    out = re.sub(r"\\([dt]?frac)\{(\d)\}\{(\d)\}", r"\\\1\2\3", answer)
+    out = re.sub(r"\\sqrt\{(\d)\}", r"\\sqrt\1", out)
+    return out if out != answer else None
+
+
 def build_corpus(data_dir: str):
     """[(response, gold, kind)], deterministic."""
     rng = random.Random(0)
     out = []
+    for row in _rows(data_dir, "math500.jsonl"):
+        spelled = _misread_operators(row["answer"])
+        if spelled is not None:
+            out.append(("So the answer is $\\boxed{%s}$." % spelled, row["answer"], "misread"))
+    for i, row in enumerate(_rows(data_dir, "gsm8k_test.jsonl")):
+        spelled = _misread_thousands(prepare_gold(row["answer"]), i)
+        if spelled is not None:
+            out.append(("The total is \\boxed{%s}." % spelled, row["answer"], "misread"))
     for i, row in enumerate(_rows(data_dir, "math500.jsonl")):
         ans = row["answer"]
         out.append(("Reasoning step by step ... Therefore, the final answer is $\\boxed{%s}$." % ans, ans, "correct"))
@@ -125,19 +157,21 @@ def build_corpus(data_dir: str):
 
 
 def baseline_grade(response: str, gold) -> bool:
-    """Open-R1's accuracy-reward loop body: parse gold, parse answer, verify(gold, answer); main thread."""
-    from math_verify import verify
+    """Open-R1's accuracy-reward loop body: parse gold, parse answer, verify(gold, answer); main thread;
+    math-verify as it is (no LaTeX rewriting)."""
+    from math_verify import parse, verify
 
     gold_text = prepare_gold(gold)
     if gold_text is None:
         return False
-    gold_parsed = parse_gold(gold_text)
+    gold_parsed = parse("\\boxed{" + gold_text + "}", extraction_config=GOLD_EXTRACTION, extraction_mode="first_match")
     if not gold_parsed:
         return False
     candidate = find_answer_candidate(response)
     if candidate is None:
         return False
-    return bool(verify(gold_parsed, parse_answer(candidate.raw)))
+    answer = parse("\\boxed{" + candidate.raw + "}", extraction_config=ANSWER_EXTRACTION, extraction_mode="first_match")
+    return bool(verify(gold_parsed, answer))
 
 
 class _TimeoutCounter(logging.Handler):
@@ -289,10 +323,21 @@ def main(argv=None) -> int:
     # grade_batch is submit-all-then-wait; the submit loop above is the same, with timestamps.
     _progress("grader (batch API)", len(corpus), len(corpus))
 
-    both = [i for i in range(len(corpus)) if not base_timeout[i] and not results[i].timeout]
+    misread = [i for i, (_, _, k) in enumerate(corpus) if k == "misread"]
+    misread_set = set(misread)
+    both = [i for i in range(len(corpus)) if not base_timeout[i] and not results[i].timeout and i not in misread_set]
     agree = sum(base_correct[i] == results[i].correct for i in both)
     disagreements = [(responses[i][:80], str(golds[i])[:40], base_correct[i], results[i].correct)
                      for i in both if base_correct[i] != results[i].correct]
+    # every "misread" sample is a correct answer: accuracy is agreement with the truth
+    misread_report = {"samples": len(misread),
+                      "math_verify_correct": sum(base_correct[i] for i in misread),
+                      "grader_correct": sum(results[i].correct for i in misread),
+                      "agreement": sum(base_correct[i] == results[i].correct for i in misread)}
+    for label, pick in (("thousands", lambda r: "\\boxed{" in r and "total" in r), ("operators", lambda r: "So the" in r)):
+        idx = [i for i in misread if pick(responses[i])]
+        misread_report[label] = {"samples": len(idx), "math_verify_correct": sum(base_correct[i] for i in idx),
+                                 "grader_correct": sum(results[i].correct for i in idx)}
     normal = [i for i in range(len(corpus)) if i not in set(pathological)]
     base_wall_normal = sum(base_time[i] for i in normal)
     grader.close()
@@ -306,7 +351,8 @@ def main(argv=None) -> int:
     grader_cpu_normal = sum(_cpu_seconds(p) for p in pids) - cpu0 + (time.process_time() - c)
     base_cpu_normal = sum(base_cpu[i] for i in normal)
     grader_normal.close()
-    agree_normal = sum(base_correct[i] == r.correct for i, r in zip(normal, results_normal) if not base_timeout[i])
+    agree_normal = sum(base_correct[i] == r.correct for i, r in zip(normal, results_normal)
+                       if not base_timeout[i] and i not in misread_set)
 
     # --- batches of 64 containing pathological samples -------------------------------------------
     grader2 = started(args.timeout)
@@ -366,7 +412,9 @@ def main(argv=None) -> int:
     report["machine_parallel_headroom"] = headroom
     report["baseline_cpu_ms_per_sample"] = round(1000 * base_cpu_normal / len(normal), 3)
     report["grader_cpu_ms_per_sample"] = round(1000 * grader_cpu_normal / len(normal), 3)
-    report["agreement_without_pathological"] = f"{agree_normal}/{sum(not base_timeout[i] for i in normal)}"
+    report["agreement_without_pathological"] = (f"{agree_normal}/"
+                                                f"{sum(not base_timeout[i] and i not in misread_set for i in normal)}")
+    report["misread"] = misread_report
 
     print()
     print(f"corpus {len(corpus)} samples, timeout {args.timeout:g}s, {grader.workers} workers on "
@@ -386,8 +434,14 @@ def main(argv=None) -> int:
     if headroom:
         print(f"machine headroom now: {headroom['processes']} independent baseline processes run "
               f"{headroom['speedup']:.2f}x the throughput of one (the ceiling for any parallel grader here)")
-    print(f"verdict agreement where both finished: {agree}/{len(both)} ({report['agreement_pct']}%); "
-          f"timeouts: baseline {sum(base_timeout)}, grader {report['grader_timeouts']}")
+    print(f"verdict agreement where both finished (spellings math-verify reads correctly): {agree}/{len(both)} "
+          f"({report['agreement_pct']}%); timeouts: baseline {sum(base_timeout)}, grader {report['grader_timeouts']}")
+    m = misread_report
+    print(f"spellings math-verify misreads ({m['samples']} correct answers): math-verify accepts "
+          f"{m['math_verify_correct']}, the grader {m['grader_correct']}; agreement {m['agreement']}/{m['samples']} "
+          f"(thousands spacing: {m['thousands']['math_verify_correct']} vs {m['thousands']['grader_correct']} of "
+          f"{m['thousands']['samples']}; unbraced operators: {m['operators']['math_verify_correct']} vs "
+          f"{m['operators']['grader_correct']} of {m['operators']['samples']})")
     print(f"64-sample batches with pathological samples: grader {report['pathological_batch_walls_s']} s "
           f"(worst {report['worst_pathological_batch_s']} s, limit + 1 = {args.timeout + 1:g} s); "
           f"baseline on the same batches {report['pathological_batch_baseline_s']} s; "
@@ -400,6 +454,7 @@ def main(argv=None) -> int:
         == report["agreement_without_pathological"].split("/")[1],
         "worst pathological batch <= limit + 1 s": max(batch_walls) <= args.timeout + 1,
         "time added by pathological samples <= limit + 1 s": max(batch_deltas) <= args.timeout + 1,
+        "grader accepts every misread spelling": misread_report["grader_correct"] == misread_report["samples"],
     }
     for goal, ok in goals.items():
         print(f"  {'PASS' if ok else 'MISS'}  {goal}")
