@@ -13,6 +13,10 @@ whose sample overruns ``timeout`` seconds. That sample is scored wrong with ``ti
 other workers keep going, so one hostile sample delays no other sample by more than the limit.
 A spare worker is kept warm so a replacement is instant.
 
+Every submitted sample resolves exactly once, and no wait inside the grader is unbounded: see the
+invariant at the top of the dispatcher section (live copies, requeue on worker loss, a once-a-second
+check, a stall limit), and :meth:`MathGrader.wait`.
+
 Workers are fresh interpreters started with ``subprocess`` (see :mod:`._worker`), talk JSON over
 pipes, die with their parent, and are started lazily on first use and stopped by :meth:`close` or at
 interpreter exit.
