@@ -42,7 +42,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from rlhf_ext.rewards import MathGrader, default_workers, prepare_gold  # noqa: E402
-from rlhf_ext.rewards.extraction import find_answer_candidate  # noqa: E402
+from rlhf_ext.rewards.extraction import (brace_operator_arguments, find_answer_candidate,  # noqa: E402
+                                         join_digit_groups)
 from rlhf_ext.rewards.math_verify_recipe import ANSWER_EXTRACTION, GOLD_EXTRACTION  # noqa: E402
 
 PATHOLOGICAL = [
@@ -153,6 +154,23 @@ def build_corpus(data_dir: str):
     for j, text in enumerate(PATHOLOGICAL):
         pos = (j * 2 + 1) * len(out) // (2 * len(PATHOLOGICAL))
         out.insert(pos, (text, golds[pos * 7 % len(golds)], "pathological"))
+    return out
+
+
+TRUTH = {"correct": True, "equivalent": True, "misread": True, "wrong": False, "unparseable": False}
+
+
+def rewrites(response: str, gold) -> set:
+    """Which of the grader's LaTeX rewrites touch this sample's answer or gold: {"thousands", "operators"}."""
+    out = set()
+    candidate = find_answer_candidate(response)
+    for text in (prepare_gold(gold), candidate.raw if candidate else None):
+        if not text:
+            continue
+        if join_digit_groups(text) != text:
+            out.add("thousands")
+        if brace_operator_arguments(text) != text:
+            out.add("operators")
     return out
 
 
@@ -323,21 +341,32 @@ def main(argv=None) -> int:
     # grade_batch is submit-all-then-wait; the submit loop above is the same, with timestamps.
     _progress("grader (batch API)", len(corpus), len(corpus))
 
-    misread = [i for i, (_, _, k) in enumerate(corpus) if k == "misread"]
+    # Samples whose answer or gold the grader rewrites before math-verify (spellings math-verify
+    # misreads: the constructed "misread" ones, and MATH-500 golds such as \frac14 themselves) are
+    # scored against the truth; on all others the grader must agree with math-verify exactly.
+    touched = {i: rewrites(responses[i], golds[i]) for i in range(len(corpus)) if corpus[i][2] != "pathological"}
+    misread = [i for i, r in touched.items() if r]
     misread_set = set(misread)
     both = [i for i in range(len(corpus)) if not base_timeout[i] and not results[i].timeout and i not in misread_set]
     agree = sum(base_correct[i] == results[i].correct for i in both)
     disagreements = [(responses[i][:80], str(golds[i])[:40], base_correct[i], results[i].correct)
                      for i in both if base_correct[i] != results[i].correct]
-    # every "misread" sample is a correct answer: accuracy is agreement with the truth
-    misread_report = {"samples": len(misread),
-                      "math_verify_correct": sum(base_correct[i] for i in misread),
-                      "grader_correct": sum(results[i].correct for i in misread),
-                      "agreement": sum(base_correct[i] == results[i].correct for i in misread)}
-    for label, pick in (("thousands", lambda r: "\\boxed{" in r and "total" in r), ("operators", lambda r: "So the" in r)):
-        idx = [i for i in misread if pick(responses[i])]
-        misread_report[label] = {"samples": len(idx), "math_verify_correct": sum(base_correct[i] for i in idx),
-                                 "grader_correct": sum(results[i].correct for i in idx)}
+
+    def scored(idx):
+        return {"samples": len(idx),
+                "math_verify_right": sum(base_correct[i] == TRUTH[corpus[i][2]] for i in idx),
+                "grader_right": sum(results[i].correct == TRUTH[corpus[i][2]] for i in idx),
+                "agreement": sum(base_correct[i] == results[i].correct for i in idx)}
+
+    misread_report = scored(misread)
+    misread_report["thousands"] = scored([i for i in misread if "thousands" in touched[i]])
+    misread_report["operators"] = scored([i for i in misread if "operators" in touched[i]])
+    misread_report["by_kind"] = {k: scored([i for i in misread if corpus[i][2] == k])
+                                 for k in sorted({corpus[i][2] for i in misread})}
+    misread_report["thousands_by_separator"] = {
+        sep: scored([i for i in misread if corpus[i][2] == "misread" and "total" in responses[i]
+                     and sep in responses[i].split("boxed", 1)[1]])
+        for sep in _THOUSANDS_SPACING}
     normal = [i for i in range(len(corpus)) if i not in set(pathological)]
     base_wall_normal = sum(base_time[i] for i in normal)
     grader.close()
@@ -437,11 +466,19 @@ def main(argv=None) -> int:
     print(f"verdict agreement where both finished (spellings math-verify reads correctly): {agree}/{len(both)} "
           f"({report['agreement_pct']}%); timeouts: baseline {sum(base_timeout)}, grader {report['grader_timeouts']}")
     m = misread_report
-    print(f"spellings math-verify misreads ({m['samples']} correct answers): math-verify accepts "
-          f"{m['math_verify_correct']}, the grader {m['grader_correct']}; agreement {m['agreement']}/{m['samples']} "
-          f"(thousands spacing: {m['thousands']['math_verify_correct']} vs {m['thousands']['grader_correct']} of "
-          f"{m['thousands']['samples']}; unbraced operators: {m['operators']['math_verify_correct']} vs "
-          f"{m['operators']['grader_correct']} of {m['operators']['samples']})")
+    print(f"samples with spellings math-verify misreads ({m['samples']}; answer or gold rewritten by the grader): "
+          f"verdict right (vs the corpus's truth): math-verify {m['math_verify_right']}, grader {m['grader_right']}; "
+          f"agreement {m['agreement']}/{m['samples']}")
+    for label in ("thousands", "operators"):
+        x = m[label]
+        print(f"  {label:10s} {x['samples']:4d} samples: math-verify right {x['math_verify_right']}, "
+              f"grader right {x['grader_right']}")
+    for kind, x in m["by_kind"].items():
+        print(f"  kind {kind:12s} {x['samples']:4d}: math-verify right {x['math_verify_right']}, "
+              f"grader right {x['grader_right']}")
+    for sep, x in m["thousands_by_separator"].items():
+        print(f"  thousands written with {sep:4s} {x['samples']:3d}: math-verify right {x['math_verify_right']}, "
+              f"grader right {x['grader_right']}")
     print(f"64-sample batches with pathological samples: grader {report['pathological_batch_walls_s']} s "
           f"(worst {report['worst_pathological_batch_s']} s, limit + 1 = {args.timeout + 1:g} s); "
           f"baseline on the same batches {report['pathological_batch_baseline_s']} s; "
@@ -454,7 +491,7 @@ def main(argv=None) -> int:
         == report["agreement_without_pathological"].split("/")[1],
         "worst pathological batch <= limit + 1 s": max(batch_walls) <= args.timeout + 1,
         "time added by pathological samples <= limit + 1 s": max(batch_deltas) <= args.timeout + 1,
-        "grader accepts every misread spelling": misread_report["grader_correct"] == misread_report["samples"],
+        "grader right on every misread spelling": misread_report["grader_right"] == misread_report["samples"],
     }
     for goal, ok in goals.items():
         print(f"  {'PASS' if ok else 'MISS'}  {goal}")
