@@ -73,6 +73,14 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
                 f"({', '.join(got)}), expected ({', '.join(expected)})"
             )
 
+    # the score-input refusal reads these flags: a rename upstream must not switch it off silently
+    for _, flag, _ in LENGTH_PENALTY_FLAGS:
+        if flag not in actions:
+            raise compat.OpenRLHFCompatibilityError(
+                f"rlhf_ext cannot patch OpenRLHF {compat.openrlhf_version()}: patch '{PATCH_NAME}': its parser has no "
+                f"{flag}, which the check of --algo.advantage.input score relies on"
+            )
+
     ours = [n for n in available_advantages() if n not in OPENRLHF_ESTIMATORS]
     est = actions["--algo.advantage.estimator"]
     est.choices = list(OPENRLHF_ESTIMATORS) + ours
