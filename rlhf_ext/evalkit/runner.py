@@ -454,7 +454,7 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
             if block or fut.done():
                 ready.append(_record(gen, problems[(gen.task, gen.problem_id)],
                                      run.prompts[(gen.task, gen.problem_id)],
-                                     seeds[(gen.task, gen.problem_id, gen.sample_index)], fut.result()))
+                                     seeds[(gen.task, gen.problem_id, gen.sample_index)], grader.wait(fut)))
             else:
                 keep.append((gen, fut))
         inflight[:] = keep
