@@ -406,6 +406,7 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
     both, to time evalkit and bare ``LLM.generate`` on one engine.
     """
     from .report import render_markdown, summarize
+    from .voting import AnswerEquivalence
 
     o = run.options
     sample_log = SampleLog(run.output / records.SAMPLES_FILE)
@@ -445,7 +446,14 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
             write_json_atomic(run.output / records.CONFIG_FILE, _config(run, status, started, devices, timing))
     all_records = SampleLog(run.output / records.SAMPLES_FILE).read()
     config = read_json(run.output / records.CONFIG_FILE)
-    summary = summarize(all_records, config)
+    # maj@n groups equivalent answers with the grader's own test, under the run's grading settings
+    if grader is not None:
+        summary = summarize(all_records, config, AnswerEquivalence(grader))
+    else:
+        from rlhf_ext.rewards import MathGrader
+
+        with MathGrader(timeout=o.grade_timeout, workers=o.grader_workers) as summary_grader:
+            summary = summarize(all_records, config, AnswerEquivalence(summary_grader))
     write_json_atomic(run.output / records.SUMMARY_JSON, summary)
     records.write_text_atomic(run.output / records.SUMMARY_MD, render_markdown(summary))
     return summary
@@ -476,7 +484,7 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
             if block or fut.done():
                 ready.append(_record(gen, problems[(gen.task, gen.problem_id)],
                                      run.prompts[(gen.task, gen.problem_id)],
-                                     seeds[(gen.task, gen.problem_id, gen.sample_index)], fut.result()))
+                                     seeds[(gen.task, gen.problem_id, gen.sample_index)], grader.wait(fut)))
             else:
                 keep.append((gen, fut))
         inflight[:] = keep

@@ -26,7 +26,8 @@ entry point group. docs/rewards.md has the details.
 Importing this package does not import torch or start any process.
 """
 
-from .extraction import AnswerCandidate, extract_answer, find_answer_candidate, normalize_answer, prepare_gold
+from .extraction import (AnswerCandidate, extract_answer, find_answer_candidate, latex_for_math_verify, normalize_answer,
+                         prepare_gold)
 from .grader import GradeResult, MathGrader, default_grader, default_workers
 from .registry import (
     ENTRY_POINT_GROUP,
@@ -71,6 +72,7 @@ __all__ = [
     "extract_answer",
     "find_answer_candidate",
     "normalize_answer",
+    "latex_for_math_verify",
     "prepare_gold",
     "AnswerCandidate",
     "ENTRY_POINT_GROUP",
