@@ -31,6 +31,7 @@ from .policy_losses import gspo, ppo
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import k1, k2, k3, kl_estimate
 from .dapo import overlong_penalty, zero_variance_groups
+from .mismatch import MISMATCH_METRICS, mismatch_stats
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -62,4 +63,6 @@ __all__ = [
     "kl_estimate",
     "zero_variance_groups",
     "overlong_penalty",
+    "MISMATCH_METRICS",
+    "mismatch_stats",
 ]
