@@ -126,7 +126,7 @@ def train_command(*, model: Path, prompts: Path, output: Path, estimator: str = 
         "--data.prompt_dataset", str(prompts), "--data.input_key", "prompt", "--data.label_key", "label",
         "--data.apply_chat_template", "--data.max_samples", str(steps * prompts_per_step),
         "--data.max_len", str(32 + max_new_tokens), "--rollout.max_new_tokens", str(max_new_tokens),
-        "--reward.remote_url", "rlhf_ext:math",
+        "--reward.remote_url", "rlhf_ext:math", "--rlhf_ext.mismatch_metrics",
         *ESTIMATOR_RECIPES[estimator],
         "--rollout.n_samples_per_prompt", str(n_samples), "--rollout.temperature", "1.0",
         "--rollout.batch_size", str(prompts_per_step), "--rollout.micro_batch_size", "4",
