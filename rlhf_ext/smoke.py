@@ -177,7 +177,8 @@ def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bo
                     if step:
                         m = ast.literal_eval(step.group(2))
                         print(f"  step {step.group(1):>3}  reward {m.get('reward', float('nan')):.3f}  "
-                              f"accuracy {m.get('score', float('nan')):.3f}  kl {m.get('kl', 0.0):.4f}", flush=True)
+                              f"accuracy {m.get('score', float('nan')):.3f}  kl {m.get('kl', 0.0):.4f}  "
+                              f"rollout |dp| {m.get('rollout_mismatch/probs_diff_mean', float('nan')):.4f}", flush=True)
                     elif "activated plugin" in line:
                         activation = _ACTIVATION_RE.search(line)
                         if activation and activation.group(1) not in echoed:  # Ray repeats some lines

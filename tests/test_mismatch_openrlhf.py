@@ -262,3 +262,12 @@ def test_nan_logprobs_skip_the_metrics_and_say_why(capfd):
     make(_maker(), None)
     assert "rollout_mismatch skipped for rollout batch 1: NaN log-probabilities" in capfd.readouterr().err
     assert not any(k.startswith("rollout_mismatch/") for k in exp.info)
+
+
+def test_smoke_run_echoes_the_mismatch_per_step(tmp_path, capsys):
+    from rlhf_ext.smoke import run_training, train_command
+
+    assert "--rlhf_ext.mismatch_metrics" in train_command(model=tmp_path, prompts=tmp_path / "p.jsonl", output=tmp_path)
+    line = "(PPOTrainer pid=1) Global step 1: {'reward': 0.5, 'score': 0.25, 'rollout_mismatch/probs_diff_mean': 0.0123}"
+    assert run_training(["echo", line], tmp_path / "t.log", timeout=60, echo=True) == 0
+    assert "step   1  reward 0.500  accuracy 0.250  kl 0.0000  rollout |dp| 0.0123" in capsys.readouterr().out

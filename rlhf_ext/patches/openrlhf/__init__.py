@@ -18,7 +18,8 @@ where                                          what                             
 ``samples_generator.SamplesGenerator``         ``_dispatch_prompts_to_vllm`` and the name   PPOTrainer actor
                                                ``SamplingParams``: request the sampled
                                                tokens' log-probs (:mod:`.mismatch`)
-``vllm_engine.create_vllm_engines``            ``logprobs_mode`` for the same (:mod:`.mismatch`)  driver
+``vllm_engine.create_vllm_engines``            ``logprobs_mode`` for the same request       driver
+                                               (:mod:`.mismatch`)
 ``ray.init``                                   plugin env in the job's runtime env          driver
 ``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`)              driver
 =============================================  ==========================================  ======================
