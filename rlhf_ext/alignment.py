@@ -257,8 +257,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     max_model_len = max(len(ids) for ids in prompt_ids) + args.max_new_tokens
     device = training_device(args.device)
-    rollout_settings = args.rollout or ["bfloat16"]
-    train_dtypes = args.train_dtype or ["bfloat16", "float32"]
+    rollout_settings = list(dict.fromkeys(args.rollout or ["bfloat16"]))  # repeated flags: once each
+    train_dtypes = list(dict.fromkeys(args.train_dtype or ["bfloat16", "float32"]))
 
     sampled: Dict[str, List[Rollout]] = {}
     for setting in rollout_settings:
