@@ -271,3 +271,16 @@ def test_smoke_run_echoes_the_mismatch_per_step(tmp_path, capsys):
     line = "(PPOTrainer pid=1) Global step 1: {'reward': 0.5, 'score': 0.25, 'rollout_mismatch/probs_diff_mean': 0.0123}"
     assert run_training(["echo", line], tmp_path / "t.log", timeout=60, echo=True) == 0
     assert "step   1  reward 0.500  accuracy 0.250  kl 0.0000  rollout |dp| 0.0123" in capsys.readouterr().out
+
+
+def test_cpu_shim_lets_inductor_key_its_cache():
+    # vLLM compiles its log-prob ranking with torch inductor, whose cache key reads the device
+    # properties that the CPU retarget (RLHF_EXT_DEVICE=cpu) answers for torch.cuda
+    import subprocess
+
+    code = ("from rlhf_ext.npu.cpu_shim import transfer_to_cpu; transfer_to_cpu()\n"
+            "from torch._inductor.codecache import CacheBase\n"
+            "print(CacheBase.get_system()['device'])")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'name': 'cpu'" in out.stdout
