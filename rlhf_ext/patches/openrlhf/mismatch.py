@@ -195,7 +195,8 @@ def warning_message(value: float, limit: float, batch: int) -> str:
         f"rlhf_ext: warning: {THRESHOLD_METRIC} = {value:.4g} exceeds {limit:g} (rollout batch {batch}): vLLM and "
         "the trainer disagree on the sampled tokens' probabilities, so on-policy training is running off-policy. "
         "Likely causes: the rollout dtype differs from training (vLLM runs bfloat16 in OpenRLHF), FP8 rollout "
-        "quantization, or device kernels (vllm-ascend vs torch_npu on NPU). Qualify the rollout setup with "
+        "quantization, device kernels (vllm-ascend vs torch_npu on NPU), or vLLM not running the trainer's "
+        "latest weights (a broken weight sync). Qualify the rollout setup with "
         "`rlhf-ext alignment --model M --data prompts.jsonl`; --algo.advantage.is_correction_level token "
         "corrects for it (truncated importance sampling, Yao et al. 2025). Reported once per run."
     )
