@@ -249,11 +249,30 @@ def _add_data(subparsers) -> None:
 
 def _run_data(args: argparse.Namespace) -> int:
     from .data.cli import run
+# --- alignment -----------------------------------------------------------------------------------
+
+
+def _add_alignment(subparsers) -> None:
+    from .alignment import __doc__ as doc, add_arguments
+
+    p = subparsers.add_parser(
+        "alignment",
+        help="offline check: do vLLM and the training forward agree on token probabilities (per dtype)?",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    p.set_defaults(handler=_run_alignment)
+
+
+def _run_alignment(args: argparse.Namespace) -> int:
+    from .alignment import run
 
     return run(args)
 
 
-_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke, _add_report, _add_data)
+_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke, _add_report, _add_data,
+                _add_alignment)
 
 
 def build_parser() -> argparse.ArgumentParser:

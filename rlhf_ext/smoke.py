@@ -131,7 +131,7 @@ def train_command(*, model: Path, prompts: Path, output: Path, estimator: str = 
         "--data.prompt_dataset", str(prompts), "--data.input_key", "prompt", "--data.label_key", "label",
         "--data.apply_chat_template", "--data.max_samples", str(steps * prompts_per_step),
         "--data.max_len", str(32 + max_new_tokens), "--rollout.max_new_tokens", str(max_new_tokens),
-        "--reward.remote_url", "rlhf_ext:math",
+        "--reward.remote_url", "rlhf_ext:math", "--rlhf_ext.mismatch_metrics",
         *ESTIMATOR_RECIPES[estimator],
         "--rollout.n_samples_per_prompt", str(n_samples), "--rollout.temperature", "1.0",
         "--rollout.batch_size", str(prompts_per_step), "--rollout.micro_batch_size", "4",
@@ -205,7 +205,8 @@ def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bo
                     if step:
                         m = ast.literal_eval(step.group(2))
                         print(f"  step {step.group(1):>3}  reward {m.get('reward', float('nan')):.3f}  "
-                              f"accuracy {m.get('score', float('nan')):.3f}  kl {m.get('kl', 0.0):.4f}", flush=True)
+                              f"accuracy {m.get('score', float('nan')):.3f}  kl {m.get('kl', 0.0):.4f}  "
+                              f"rollout |dp| {m.get('rollout_mismatch/probs_diff_mean', float('nan')):.4f}", flush=True)
                     elif "activated plugin" in line:
                         activation = _ACTIVATION_RE.search(line)
                         if activation and activation.group(1) not in echoed:  # Ray repeats some lines

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlhf_ext.npu.cpu_kv_cache import ENV_KV_CACHE
+from rlhf_ext.algorithms.mismatch import DEFAULT_PROBS_DIFF_THRESHOLD
 from rlhf_ext.smoke import ESTIMATOR_RECIPES, parse_train_log, run_training, train_command, weights_changed
 from rlhf_ext.supervision import failure_cause
 from rlhf_ext.tiny_task import build_tiny_task
@@ -146,3 +147,24 @@ def test_openrlhf_grpo_run_on_cpu_changes_the_weights(trained):
     deltas = weights_changed(work / "task" / "model", work / "trained")
     changed = [name for name, delta in deltas.items() if delta > 0]
     assert len(changed) >= len(deltas) // 2, deltas
+
+
+def test_openrlhf_run_on_cpu_logs_rollout_mismatch_without_changing_the_loss(trained):
+    work, rc, text = trained
+    assert rc == 0, text[-4000:]
+    log = parse_train_log(text)
+    samples_per_step = 4 * 4
+    for step in log.steps:
+        m = {k.split("/", 1)[1]: v for k, v in step.items() if k.startswith("rollout_mismatch/")}
+        assert {"probs_diff_mean", "probs_diff_max", "probs_diff_std", "probs_pearson_corr", "probs_corr_loss_1e4",
+                "logprobs_abs_diff_mean", "logprobs_abs_diff_p99", "logprobs_abs_diff_max", "k1_kl", "k3_kl",
+                "chi2", "ess", "tokens"} <= set(m), sorted(step)  # fmt: skip
+        # every response token of the step was compared: vLLM returned a log-prob for each one
+        assert m["tokens"] == pytest.approx(step["response_length"] * samples_per_step, abs=0.5)
+        assert 0 <= m["probs_diff_mean"] <= m["probs_diff_max"] <= 1
+        assert m["logprobs_abs_diff_mean"] <= m["logprobs_abs_diff_p99"] <= m["logprobs_abs_diff_max"]
+        assert m["k3_kl"] >= 0 and 0 < m["ess"] <= 1 + 1e-6 and -1 <= m["probs_pearson_corr"] <= 1
+        # importance-sampling correction stayed off: OpenRLHF computed no vllm_kl / IS filter ratio
+        assert "vllm_kl" not in step and "is_filter_ratio" not in step
+    above = [s for s in log.steps if s["rollout_mismatch/probs_diff_mean"] > DEFAULT_PROBS_DIFF_THRESHOLD]
+    assert text.count("rlhf_ext: warning: rollout_mismatch/probs_diff_mean") == (1 if above else 0)

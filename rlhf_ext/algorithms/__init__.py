@@ -32,6 +32,7 @@ from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import k1, k2, k3, kl_estimate
 from .dapo import overlong_penalty, zero_variance_groups
 from .preference import nll_loss, simpo_loss, simpo_objective
+from .mismatch import MISMATCH_METRICS, mismatch_stats
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -66,4 +67,6 @@ __all__ = [
     "simpo_loss",
     "simpo_objective",
     "nll_loss",
+    "MISMATCH_METRICS",
+    "mismatch_stats",
 ]

@@ -133,6 +133,9 @@ def _get_device_properties(device=None) -> SimpleNamespace:
         # OpenRLHF keys CUDA-IPC handles by this; one host is one "device".
         uuid=f"cpu-{socket.gethostname()}",
         is_integrated=True,
+        # torch inductor keys its compile cache on .name (CUDA builds) or .gcnArchName (others):
+        # vLLM's workers compile their sampled-token log-prob ranking with inductor.
+        gcnArchName="cpu",
     )
 
 

@@ -17,6 +17,13 @@ where                                          what                             
 ``dpo_trainer.DPOTrainer``                     ``_get_batch_logps``: mean log-probs (SimPO) train_dpo ranks
 ``dpo_trainer.DPOTrainer``                     ``concatenated_forward``: no reference pass  train_dpo ranks
 ``dpo_trainer.DPOTrainer``                     ``save_logs_and_checkpoints``: margin        train_dpo ranks
+``experience_maker.RemoteExperienceMaker``     ``make_experience_batch``: rollout-vs-       PPOTrainer actor
+                                               training mismatch metrics (:mod:`.mismatch`)
+``samples_generator.SamplesGenerator``         ``_dispatch_prompts_to_vllm`` and the name   PPOTrainer actor
+                                               ``SamplingParams``: request the sampled
+                                               tokens' log-probs (:mod:`.mismatch`)
+``vllm_engine.create_vllm_engines``            ``logprobs_mode`` for the same request       driver
+                                               (:mod:`.mismatch`)
 ``ray.init``                                   plugin env in the job's runtime env          driver
 ``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`)              driver
 ``argparse`` (OpenRLHF's DPO parser only)      ``--model.loss_type``, ``--model.simpo_gamma``  train_dpo ranks
@@ -49,6 +56,8 @@ _HERE = __name__
 EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
 DPO_TRAINER = "openrlhf.trainer.dpo_trainer"
+SAMPLES_GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
+VLLM_ENGINE = "openrlhf.trainer.ray.vllm_engine"
 
 _KL_PARAMS = ("log_probs", "log_probs_base", "log_probs_old", "kl_estimator", "unbiased_gradient")
 _POLICY_LOSS_INIT = (
@@ -59,6 +68,12 @@ _POLICY_LOSS_FORWARD = (
     "self", "log_probs", "old_log_probs", "advantages", "action_mask", "rollout_log_probs",
     "dp_size", "batch_num_tokens", "global_batch_size",
 )  # fmt: skip
+_CREATE_VLLM_ENGINES = (
+    "num_engines", "tensor_parallel_size", "pretrain", "seed", "full_determinism", "enable_prefix_caching",
+    "enforce_eager", "max_model_len", "shared_pg", "gpu_memory_utilization", "vllm_enable_sleep", "logprobs_mode",
+    "agent_func_path", "remote_rm_url", "max_images_per_prompt",
+)  # fmt: skip
+_DISPATCH_PROMPTS = ("self", "prompts", "labels", "images", "generate_kwargs")
 _ACTOR_TRAINER_INIT = (
     "self", "strategy", "actor", "ema_model", "actor_optim", "actor_scheduler", "ema_beta",
     "micro_train_batch_size", "buffer_limit", "buffer_cpu_offload", "eps_clip", "tokenizer",
@@ -156,6 +171,36 @@ PATCHES = (
         target="DPOTrainer.save_logs_and_checkpoints",
         params=("self", "args", "global_step", "step_bar", "logs_dict", "client_states"),
         make=_HERE + ".dpo:make_save_logs",
+    ),
+    Patch(
+        name="rollout mismatch metrics",
+        module=EXPERIENCE_MAKER,
+        target="RemoteExperienceMaker.make_experience_batch",
+        params=("self", "rollout_samples"),
+        make=_HERE + ".mismatch:make_make_experience_batch",
+        requires=(Requirement("RemoteExperienceMaker.make_experience", ("self", "samples_list")),),
+    ),
+    Patch(
+        name="rollout log-probs request (dispatch)",
+        module=SAMPLES_GENERATOR,
+        target="SamplesGenerator._dispatch_prompts_to_vllm",
+        params=_DISPATCH_PROMPTS,
+        make=_HERE + ".mismatch:make_dispatch_prompts_to_vllm",
+        requires=(Requirement("SamplesGenerator._process_response_into_experience", ("self", "response", "generate_kwargs")),),
+    ),
+    Patch(
+        name="rollout log-probs request (SamplingParams)",
+        module=SAMPLES_GENERATOR,
+        target="SamplingParams",
+        params=None,
+        make=_HERE + ".mismatch:make_sampling_params",
+    ),
+    Patch(
+        name="rollout log-probs mode (vLLM engines)",
+        module=VLLM_ENGINE,
+        target="create_vllm_engines",
+        params=_CREATE_VLLM_ENGINES,
+        make=_HERE + ".mismatch:make_create_vllm_engines",
     ),
 )
 

@@ -24,7 +24,7 @@ from typing import Dict
 
 # Only light imports here: the argparse hook is installed at interpreter start-up; rlhf_ext.algorithms
 # (torch) loads when OpenRLHF's parser is actually used.
-from . import compat
+from . import compat, mismatch
 from .config import (
     ADVANTAGE_INPUTS,
     OPENRLHF_ESTIMATORS,
@@ -148,6 +148,7 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
         "--reward.grader_workers", type=int, default=None, metavar="N",
         help="parallel grader processes of rlhf_ext's reward in each rollout actor (RLHF_EXT_REWARD_WORKERS)",
     )  # fmt: skip
+    mismatch.add_arguments(group)
 
 
 def _dry_run_estimator(name: str, n: int, options: Dict) -> None:
@@ -252,6 +253,7 @@ def finalize(namespace) -> Dict[str, str]:
         _ns(namespace, "reward.grader_workers"),
     )
     setattr(namespace, "reward.remote_url", remote_url)
+    env.update(mismatch.finalize(namespace))
     _warn_binary_estimator_on_shaped_reward(estimator, _ns(namespace, "algo.advantage.input", "reward"), env)
     return env
 
