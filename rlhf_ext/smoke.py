@@ -139,6 +139,11 @@ def train_command(*, model: Path, prompts: Path, output: Path, estimator: str = 
     ]  # fmt: skip
 
 
+def run_record_dir(output: Path) -> Path:
+    """Where the plugin writes the run record of :func:`train_command` (``--ckpt.path`` + ``/rlhf_ext_run``)."""
+    return Path(str(output) + "_ds") / "rlhf_ext_run"
+
+
 def train_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update({
@@ -281,6 +286,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           + " ".join(cmd[1:]), flush=True)
     t0 = time.time()
     rc = run_training(cmd, work / "train.log", timeout=args.timeout)
+    record = run_record_dir(checkpoint)
+    print(f"  run record: {record} (rlhf-ext runs show {record})", flush=True)
     if rc != 0:
         print(f"training failed (exit {rc}); see {work / 'train.log'}", file=sys.stderr)
         return rc
