@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from rlhf_ext.smoke import ESTIMATOR_RECIPES, parse_train_log, run_training, train_command, weights_changed
-from rlhf_ext.tiny_task import build_tiny_task
 
 STEPS = 2
 
@@ -72,16 +71,9 @@ def test_run_training_stops_a_silent_hung_command(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    work = tmp_path_factory.mktemp("e2e_cpu")
-    # a shorter warm-up than the default: the run only has to produce rewards that differ within a group
-    build_tiny_task(work / "task", sft_steps=60, verbose=False)
-    out = work / "trained"
-    cmd = train_command(model=work / "task" / "model", prompts=work / "task" / "train.jsonl", output=out,
-                        estimator="grpo", steps=STEPS, prompts_per_step=4, n_samples=4, lr=5e-4)  # fmt: skip
-    rc = run_training(cmd, work / "train.log", timeout=900, echo=False)
-    text = (work / "train.log").read_text()
-    return work, rc, text
+def trained(e2e_grpo_run):
+    # the run itself is shared with the other end-to-end tests (tests/conftest.py)
+    return e2e_grpo_run
 
 
 def test_openrlhf_grpo_run_on_cpu_completes_with_plugin_everywhere(trained):

@@ -165,3 +165,26 @@ def test_guard_checks_gradients_and_poison_hook(gloo_world, monkeypatch, tmp_pat
     with pytest.raises(g.GuardStop, match="non-finite grad at step 2"):
         guard.before_step(mb, model)
     assert math.isnan(float(model.weight.grad.view(-1)[0]))
+
+
+def test_patches_reach_the_ray_actor_class_of_the_ppo_trainer():
+    """``@ray.remote`` copies every method (inherited ones too) into tracing wrappers at decoration time,
+    so BasePPOTrainer's patches must be in place before ``PPOTrainer`` is decorated; check in a fresh process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import inspect\n"
+        "from rlhf_ext.patches import activate\n"
+        "activate(['rlhf_ext'], role='test')\n"
+        "import openrlhf.trainer.ppo_trainer as m\n"
+        "cls = m.PPOTrainer.__ray_metadata__.modified_class\n"
+        "for name in ('init_checkpoint_states', 'train_step', 'ppo_train', 'save_logs_and_checkpoints',"
+        " 'save_best_checkpoint'):\n"
+        "    wrapper = cls.__dict__[name]\n"
+        "    inner = inspect.getclosurevars(wrapper).nonlocals['method']\n"
+        "    assert getattr(inner, '__rlhf_ext_patch__', None), name\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
