@@ -164,18 +164,25 @@ def grad_tensors(engine) -> List[torch.Tensor]:
 
 
 def grads_nonfinite(grads: Sequence[torch.Tensor]) -> bool:
-    """Any NaN/Inf among ``grads``: one fused pass (foreach norms; a norm is non-finite iff an entry is)."""
+    """Any NaN/Inf among ``grads``.
+
+    Fast path: one fused ``foreach`` 2-norm per dtype/device (a memory-bound pass, ~1 ms for 4M
+    parameters on one CPU core); a norm is finite iff every entry is finite, unless the squares of
+    huge finite entries overflow, so a non-finite norm is confirmed by an exact ``isfinite`` pass
+    (only then, i.e. only on incidents).
+    """
     if not grads:
         return False
-    by_dtype: Dict[Tuple[torch.dtype, torch.device], List[torch.Tensor]] = {}
-    for g in grads:
-        by_dtype.setdefault((g.dtype, g.device), []).append(g)
-    flags = []
-    for group in by_dtype.values():
-        # p = inf norm: max |g|; no overflow of squares, and NaN propagates
-        norms = torch._foreach_norm(group, float("inf"))
-        flags.append(~torch.isfinite(torch.stack([n.float() for n in norms])).all())
-    return bool(torch.stack(flags).any())
+    by_kind: Dict[Tuple[torch.dtype, torch.device], List[torch.Tensor]] = {}
+    for t in grads:
+        by_kind.setdefault((t.dtype, t.device), []).append(t)
+    suspects: List[torch.Tensor] = []
+    for group in by_kind.values():
+        norms = torch.stack([n.float() for n in torch._foreach_norm(group, 2)])
+        finite = torch.isfinite(norms)
+        if not bool(finite.all()):
+            suspects.extend(t for t, ok in zip(group, finite.tolist()) if not ok)
+    return any(not bool(torch.isfinite(t).all()) for t in suspects)
 
 
 # --- the guard in the actor ---------------------------------------------------------------------
