@@ -288,6 +288,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rc = run_training(cmd, work / "train.log", timeout=args.timeout)
     record = run_record_dir(checkpoint)
     print(f"  run record: {record} (rlhf-ext runs show {record})", flush=True)
+    if (record / "metrics.jsonl").exists():
+        from rlhf_ext.runs import summarize
+
+        print("  " + summarize(record).replace("\n", "\n  "), flush=True)
     if rc != 0:
         print(f"training failed (exit {rc}); see {work / 'train.log'}", file=sys.stderr)
         return rc
