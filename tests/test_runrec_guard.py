@@ -188,3 +188,45 @@ def test_patches_reach_the_ray_actor_class_of_the_ppo_trainer():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def _two_rank_worker(rank, port, run_dir, results):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        trainer = _Trainer("stop")
+        trainer.args.rlhf_ext.run_dir = run_dir
+        guard = g.Guard(trainer)
+        guard.train_calls = 5
+        adv = torch.ones(2, 2)
+        ok = g._MicroBatch(trainer, _Exp(adv), step=0)
+        guard.before_backward(ok, torch.tensor(0.5))  # both healthy: both go on
+        loss = torch.tensor(float("nan")) if rank == 1 else torch.tensor(0.5)
+        try:
+            guard.before_backward(g._MicroBatch(trainer, _Exp(adv), step=1), loss)
+            results[rank] = "went on"
+        except g.GuardStop as exc:
+            results[rank] = str(exc)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_verdict_is_shared_by_all_ranks(tmp_path):
+    """Only rank 1 sees a NaN; rank 0 must stop too (else it would hang in the next collective),
+    and the record names rank 1 (written by rank 1, which has the samples)."""
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_two_rank_worker, args=(port, str(tmp_path), results), nprocs=2, join=True)
+    assert set(results.keys()) == {0, 1}
+    for rank in (0, 1):
+        assert "non-finite loss at step 5, micro-batch 1, rank 1" in results[rank], dict(results)
+    incident = json.loads((tmp_path / "incident.json").read_text())
+    assert incident["rank"] == 1 and incident["tensor"] == "loss"
