@@ -133,5 +133,7 @@ def test_driver_config(tmp_path, monkeypatch):
     assert config["data_sha256"] == {str(data): hashlib.sha256(data.read_bytes()).hexdigest()}
     assert config["versions"]["openrlhf"] == "0.11.2"
     json.dumps(config, allow_nan=False)
+    setattr(ns, "rlhf_ext.run_dir", path)  # what the argparse hook leaves in args: still named after ckpt
+    assert rr.build_config(ns, rr.resolve_run_dir(ns), started_at=0.0)["name"] == "ck"
     setattr(ns, "rlhf_ext.run_dir", str(tmp_path / "runs" / "exp7"))
     assert rr.build_config(ns, rr.resolve_run_dir(ns), started_at=0.0)["name"] == "exp7"

@@ -389,10 +389,12 @@ def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
     args = {k: _jsonable(v) for k, v in sorted(vars(namespace).items())}
     plugin = {"version": __version__}
     plugin.update({k[len("rlhf_ext."):]: v for k, v in args.items() if k.startswith("rlhf_ext.")})
-    name = getattr(namespace, "rlhf_ext.run_name", None) or (
-        os.path.basename(path.rstrip("/")) if getattr(namespace, "rlhf_ext.run_dir", None)
-        else os.path.basename(os.path.abspath(getattr(namespace, "ckpt.path", None) or ".").rstrip("/"))
-    )  # fmt: skip
+    ckpt = os.path.abspath(getattr(namespace, "ckpt.path", None) or ".")
+    # the default directory is always called rlhf_ext_run: name such a run after its --ckpt.path
+    default = os.path.join(ckpt, DEFAULT_SUBDIR)
+    name = getattr(namespace, "rlhf_ext.run_name", None) or os.path.basename(
+        (ckpt if os.path.abspath(path) == default else path).rstrip("/")
+    )
     return {
         "schema": runs.SCHEMA,
         "name": name,
