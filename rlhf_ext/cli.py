@@ -271,7 +271,73 @@ def _run_alignment(args: argparse.Namespace) -> int:
     return run(args)
 
 
-_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke, _add_report, _add_data,
+# --- runs ----------------------------------------------------------------------------------------
+
+
+def _add_runs(subparsers) -> None:
+    p = subparsers.add_parser(
+        "runs",
+        help="run records of OpenRLHF runs with --plugin rlhf_ext: show one, import TensorBoard logs",
+        description=(
+            "Run records (docs/run_records.md): every train_ppo_ray --plugin rlhf_ext run writes "
+            "config.json, metrics.jsonl, events.jsonl (and incident.json after a guard stop) to "
+            "--rlhf_ext.run_dir (default <--ckpt.path>/rlhf_ext_run).\n\n"
+            "examples:\n"
+            "  rlhf-ext runs show ckpt/checkpoints_ppo_ray/rlhf_ext_run\n"
+            "  rlhf-ext runs export --tensorboard logs/tb/my_old_run --output runs/my_old_run"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="runs_command", metavar="ACTION")
+    sub.required = True
+    show = sub.add_parser("show", help="summary of a run directory: status, last step, key metrics, incidents",
+                          description="Print a short summary of RUN_DIR: status (running / finished / "
+                                      "stopped_by_guard / crashed), last step, first and last value of key "
+                                      "metrics, guard incidents, checkpoints. Example: rlhf-ext runs show runs/r1")
+    show.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds config.json / metrics.jsonl)")
+    show.set_defaults(handler=_run_runs_show)
+    export = sub.add_parser(
+        "export",
+        help="convert an older run's TensorBoard event files into a run directory (metrics.jsonl)",
+        description="Read the scalars OpenRLHF wrote with --logger.tensorboard_dir and write them in the "
+                    "metrics.jsonl form of a live run (same metric names), so older runs can be compared. "
+                    "Example: rlhf-ext runs export --tensorboard logs/tb/run1 --output runs/run1",
+    )
+    export.add_argument("--tensorboard", required=True, metavar="DIR",
+                        help="directory holding one run's events.out.tfevents.* files (searched recursively)")
+    export.add_argument("--output", default=None, metavar="RUN_DIR",
+                        help="run directory to write (default: DIR/rlhf_ext_run); must not hold a metrics.jsonl")
+    export.add_argument("--name", default=None, help="run name in config.json (default: the event directory's name)")
+    export.set_defaults(handler=_run_runs_export)
+
+
+def _run_runs_show(args: argparse.Namespace) -> int:
+    from .runs import summarize
+
+    try:
+        print(summarize(args.run_dir))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"rlhf-ext runs show: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run_runs_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .runs import export_tensorboard
+
+    output = Path(args.output) if args.output else Path(args.tensorboard) / "rlhf_ext_run"
+    try:
+        result = export_tensorboard(args.tensorboard, output, name=args.name)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"rlhf-ext runs export: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {result['steps']} steps, {result['metrics']} metrics to {result['output']}")
+    return 0
+
+
+_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke, _add_runs, _add_report, _add_data,
                 _add_alignment)
 
 

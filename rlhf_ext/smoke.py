@@ -144,6 +144,11 @@ def train_command(*, model: Path, prompts: Path, output: Path, estimator: str = 
     ]  # fmt: skip
 
 
+def run_record_dir(output: Path) -> Path:
+    """Where the plugin writes the run record of :func:`train_command` (``--ckpt.path`` + ``/rlhf_ext_run``)."""
+    return Path(str(output) + "_ds") / "rlhf_ext_run"
+
+
 def train_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update({
@@ -353,6 +358,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rc = run_training(cmd, work / "train.log", timeout=args.timeout)
     except subprocess.TimeoutExpired:
         rc = None
+    record = run_record_dir(checkpoint)
+    print(f"  run record: {record} (rlhf-ext runs show {record})", flush=True)
+    if (record / "metrics.jsonl").exists():
+        from rlhf_ext.runs import summarize
+
+        print("  " + summarize(record).replace("\n", "\n  "), flush=True)
     if rc != 0:
         how = f"exit {rc}" if rc is not None else f"stopped after its --timeout of {args.timeout:.0f} s"
         cause = failure_cause((work / "train.log").read_text(errors="replace"))

@@ -24,6 +24,15 @@ where                                          what                             
                                                tokens' log-probs (:mod:`.mismatch`)
 ``vllm_engine.create_vllm_engines``            ``logprobs_mode`` for the same request       driver
                                                (:mod:`.mismatch`)
+``ppo_trainer.BasePPOTrainer``                 ``init_checkpoint_states``, ``train_step``,  PPOTrainer actor
+                                               ``ppo_train``, ``save_logs_and_checkpoints``,
+                                               ``save_best_checkpoint``: run record
+                                               (:mod:`.run_record`)
+``ppo_actor.ActorPPOTrainer.training_step``    non-finite guard, real grad norm (:mod:`.guard`) PolicyModelActor
+``ppo_actor.ActorPPOTrainer.ppo_train``        step count (guard), ships run-record data    PolicyModelActor
+``deepspeed.DeepspeedStrategy.backward``       guard: checks before backward                PolicyModelActor
+``deepspeed.DeepspeedStrategy.optimizer_step`` guard: gradients at the accumulation          PolicyModelActor
+                                               boundary, DeepSpeed's skipped steps
 ``ray.init``                                   plugin env in the job's runtime env          driver
 ``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`)              driver
 ``argparse`` (OpenRLHF's DPO parser only)      ``--model.loss_type``, ``--model.simpo_gamma``  train_dpo ranks
@@ -58,6 +67,8 @@ PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
 DPO_TRAINER = "openrlhf.trainer.dpo_trainer"
 SAMPLES_GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
 VLLM_ENGINE = "openrlhf.trainer.ray.vllm_engine"
+PPO_TRAINER = "openrlhf.trainer.ppo_trainer"
+DEEPSPEED = "openrlhf.utils.deepspeed.deepspeed"
 
 _KL_PARAMS = ("log_probs", "log_probs_base", "log_probs_old", "kl_estimator", "unbiased_gradient")
 _POLICY_LOSS_INIT = (
@@ -202,6 +213,77 @@ PATCHES = (
         params=_CREATE_VLLM_ENGINES,
         make=_HERE + ".mismatch:make_create_vllm_engines",
     ),
+    Patch(
+        name="non-finite guard and real grad norm (actor)",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.training_step",
+        params=("self", "experience", "kl_ctl", "step", "loss_batch_info"),
+        make=_HERE + ".guard:make_training_step",
+    ),
+    Patch(
+        name="guard step count (actor)",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.ppo_train",
+        params=("self", "kl_ctl"),
+        make=_HERE + ".guard:make_actor_ppo_train",
+    ),
+    Patch(
+        name="run record: ship metrics and events (actor)",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.ppo_train",
+        params=("self", "kl_ctl"),
+        make=_HERE + ".run_record:make_actor_ppo_train",
+    ),
+    Patch(
+        name="non-finite guard: before backward",
+        module=DEEPSPEED,
+        target="DeepspeedStrategy.backward",
+        params=("self", "loss", "model", "_optimizer", "kwargs"),
+        make=_HERE + ".guard:make_backward",
+    ),
+    Patch(
+        name="non-finite guard: gradients before the optimizer step",
+        module=DEEPSPEED,
+        target="DeepspeedStrategy.optimizer_step",
+        params=("self", "_optimizer", "model", "_scheduler", "name", "kwargs"),
+        make=_HERE + ".guard:make_optimizer_step",
+        requires=(Requirement("DeepspeedStrategy.get_grad_norm", ("self", "model")),),
+    ),
+    Patch(
+        name="run record: start / resume",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer.init_checkpoint_states",
+        params=("self",),
+        make=_HERE + ".run_record:make_init_checkpoint_states",
+    ),
+    Patch(
+        name="run record: current step",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer.train_step",
+        params=("self", "rollout_samples", "global_step"),
+        make=_HERE + ".run_record:make_train_step",
+    ),
+    Patch(
+        name="run record: actor results and guard stops",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer.ppo_train",
+        params=("self", "global_steps"),
+        make=_HERE + ".run_record:make_ppo_train",
+    ),
+    Patch(
+        name="run record: metrics lines and checkpoints",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer.save_logs_and_checkpoints",
+        params=("self", "global_step", "logs_dict", "client_states"),
+        make=_HERE + ".run_record:make_save_logs_and_checkpoints",
+    ),
+    Patch(
+        name="run record: eval metrics and best checkpoints",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer.save_best_checkpoint",
+        params=("self", "eval_metrics", "global_step", "client_states"),
+        make=_HERE + ".run_record:make_save_best_checkpoint",
+    ),
 )
 
 for _patch in PATCHES:
@@ -225,14 +307,25 @@ def _watch_openrlhf_modules(role: str) -> None:
         import_hooks.when_imported(name, hook)
 
 
-def _patch_ray(module) -> None:
-    from .ray_env import patch_ray
+def _patch_ray(module, role: str = "") -> None:
+    from .ray_env import before_actor_class, patch_ray
 
     patch_ray(module)
+    apply = _apply_or_exit if role == "driver" else compat.apply_module
+
+    def patch_bases_first(cls) -> None:
+        import sys
+
+        for base in cls.__mro__[1:]:
+            module = sys.modules.get(base.__module__)
+            if module is not None and base.__module__ in compat.patch_modules():
+                apply(module)
+
+    before_actor_class(patch_bases_first)
 
 
-def _watch_ray() -> None:
-    import_hooks.when_imported("ray", _patch_ray)
+def _watch_ray(role: str = "") -> None:
+    import_hooks.when_imported("ray", lambda module: _patch_ray(module, role))
 
 
 def activate(role: str) -> None:
@@ -250,7 +343,7 @@ def activate(role: str) -> None:
 
     apply_openrlhf_retarget()
     _watch_openrlhf_modules(role)
-    _watch_ray()
+    _watch_ray(role)
     if role == "driver":
         from .cli import install_argparse_hook
 

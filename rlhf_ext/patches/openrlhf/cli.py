@@ -149,6 +149,22 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
         help="parallel grader processes of rlhf_ext's reward in each rollout actor (RLHF_EXT_REWARD_WORKERS)",
     )  # fmt: skip
     mismatch.add_arguments(group)
+    group.add_argument(
+        "--rlhf_ext.run_dir", default=None, metavar="DIR",
+        help="run record directory: config.json, metrics.jsonl (one line per global step), events.jsonl, "
+        "incident.json (default: <--ckpt.path>/rlhf_ext_run; see docs/run_records.md, 'rlhf-ext runs show DIR')",
+    )  # fmt: skip
+    group.add_argument(
+        "--rlhf_ext.run_name", default=None, metavar="NAME",
+        help="name of the run in config.json (default: the run directory's name, or --ckpt.path's when defaulted)",
+    )  # fmt: skip
+    group.add_argument(
+        "--rlhf_ext.guard", choices=("stop", "warn", "off"), default="stop",
+        help="non-finite guard: loss, policy loss, entropy, advantages, |log-ratio| before each backward and the "
+        "gradients before each optimizer step. stop (default): no optimizer step, incident.json, exit code 3; "
+        "warn: log and count; off. The real grad norm (NaN when DeepSpeed skipped the step) and DeepSpeed's "
+        "skipped-step count are logged in every mode",
+    )  # fmt: skip
 
 
 def _dry_run_estimator(name: str, n: int, options: Dict) -> None:
@@ -352,6 +368,9 @@ def install_argparse_hook() -> None:
                 self.error(str(exc))
             os.environ.update(env)  # before train() calls ray.init: rollout actors inherit it
             sys.stderr.write(summary(parsed) + "\n")
+            from .run_record import prepare_driver_record
+
+            prepare_driver_record(parsed)
             return parsed, extras
 
         parse_known_args.__rlhf_ext_patch__ = PATCH_NAME

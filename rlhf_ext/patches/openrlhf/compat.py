@@ -128,7 +128,9 @@ def _param_names(obj) -> List[str]:
     import inspect
 
     target = obj.__init__ if isinstance(obj, type) else obj
-    return list(inspect.signature(target).parameters)
+    # ``@ray.remote`` (tracing support) adds a keyword-only ``_ray_trace_ctx`` to the signature of
+    # every method of an actor class, inherited ones included: Ray's, not OpenRLHF's.
+    return [name for name in inspect.signature(target).parameters if name != "_ray_trace_ctx"]
 
 
 def _problems(module, patch: Patch) -> List[str]:

@@ -60,14 +60,56 @@ def make_ray_init(original):
     @functools.wraps(original)
     def init(*args, **kwargs):
         kwargs["runtime_env"] = with_plugin_runtime_env(kwargs.get("runtime_env"))
+        from .run_record import start_prepared_record
+
+        start_prepared_record()  # the driver's run record (config.json), once the run really starts
         return original(*args, **kwargs)
 
     init.__rlhf_ext_patch__ = "ray.init runtime env"
     return init
 
 
+_before_actor_class = []
+
+
+def before_actor_class(callback) -> None:
+    """Call ``callback(cls)`` when ``ray.remote`` is about to turn class ``cls`` into an actor class.
+
+    Why: ``@ray.remote`` (with tracing support) copies every method of the class, inherited ones
+    included, into wrappers that hold the functions of that moment; a method patched on a base class
+    after the decoration never runs in the actor. Patches of such bases (``BasePPOTrainer``) are
+    applied here, before the decoration, in every process that imports the module.
+    """
+    if callback not in _before_actor_class:
+        _before_actor_class.append(callback)
+
+
+def make_ray_remote(original):
+    @functools.wraps(original)
+    def remote(*args, **kwargs):
+        if len(args) == 1 and not kwargs and isinstance(args[0], type):
+            for callback in list(_before_actor_class):
+                callback(args[0])
+            return original(*args, **kwargs)
+        decorator = original(*args, **kwargs)
+        if not callable(decorator):
+            return decorator
+
+        @functools.wraps(decorator)
+        def decorate(target):
+            if isinstance(target, type):
+                for callback in list(_before_actor_class):
+                    callback(target)
+            return decorator(target)
+
+        return decorate
+
+    remote.__rlhf_ext_patch__ = "ray.remote pre-decoration hooks"
+    return remote
+
+
 def patch_ray(ray_module) -> None:
-    """Wrap ``ray.init`` (once); it must take a keyword ``runtime_env``."""
+    """Wrap ``ray.init`` (once; it must take a keyword ``runtime_env``) and ``ray.remote``."""
     original = ray_module.init
     if getattr(original, "__rlhf_ext_patch__", None):
         return
@@ -83,7 +125,11 @@ def patch_ray(ray_module) -> None:
             "has no runtime_env parameter"
         )
     ray_module.init = make_ray_init(original)
-    _patched.append((ray_module, original))
+    _patched.append((ray_module, "init", original))
+    remote = ray_module.remote
+    if not getattr(remote, "__rlhf_ext_patch__", None):
+        ray_module.remote = make_ray_remote(remote)
+        _patched.append((ray_module, "remote", remote))
 
 
 _patched = []
@@ -91,5 +137,6 @@ _patched = []
 
 def undo() -> None:
     while _patched:
-        module, original = _patched.pop()
-        module.init = original
+        module, attr, original = _patched.pop()
+        setattr(module, attr, original)
+    _before_actor_class.clear()
