@@ -75,6 +75,8 @@ def failure_cause(text: str, limit: int = 8) -> List[str]:
     ordered: Dict[str, None] = {}
     for line in text.splitlines():
         body = _PREFIXES.sub("", _ANSI.sub("", line)).strip()
+        if body.startswith("rlhf_ext: "):  # the supervisor's own notes about the run
+            continue
         if body and (_ERROR_LINE.search(body) or _is_verdict(body)):
             ordered.setdefault(body, None)
     verdicts = [line for line in ordered if _is_verdict(line)]
