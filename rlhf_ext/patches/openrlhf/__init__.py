@@ -12,6 +12,8 @@ where                                          what                             
 ``ppo_actor.PolicyLoss`` (name)                registered losses, 4 aggregation modes       PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.__init__``         configures the loss from ``args``            PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.training_step``    KL settings, loss metrics                    PolicyModelActor
+``ppo_actor.ActorPPOTrainer.ppo_train``        zero-advantage update counts,               PolicyModelActor
+                                               attempted vs applied (:mod:`.updates`)
 ``ppo_actor.compute_approx_kl``                ``--algo.kl.clip`` for the KL loss           PolicyModelActor
 ``ray.init``                                   plugin env in the job's runtime env          driver
 ``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`)              driver
@@ -107,6 +109,13 @@ PATCHES = (
         target="ActorPPOTrainer.training_step",
         params=("self", "experience", "kl_ctl", "step", "loss_batch_info"),
         make=_HERE + ".policy_loss:make_training_step",
+    ),
+    Patch(
+        name="zero-advantage update counts",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.ppo_train",
+        params=("self", "kl_ctl"),
+        make=_HERE + ".updates:make_ppo_train",
     ),
     Patch(
         name="KL clipping (KL loss)",
