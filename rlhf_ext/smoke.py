@@ -31,6 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from rlhf_ext.npu.cpu_kv_cache import (ENV_KV_CACHE, CpuMemoryError, check_cpu_kv_cache, cpu_kv_cache_bytes,
+                                       format_size, parse_size)
+from rlhf_ext.supervision import DEATH_GRACE_S, DeathWatch, ProcessTree, failure_cause
+
 ESTIMATOR_RECIPES: Dict[str, List[str]] = {
     "grpo": ["--algo.advantage.estimator", "grpo"],
     "dr_grpo": ["--algo.advantage.estimator", "dr_grpo", "--actor.loss_agg_mode", "seq-mean-token-sum-norm"],
@@ -122,7 +126,7 @@ def train_command(*, model: Path, prompts: Path, output: Path, estimator: str = 
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1",
         "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "1", "--train.colocate_actor_ref",
         "--vllm.num_engines", "1", "--vllm.tensor_parallel_size", "1",
-        "--vllm.gpu_memory_utilization", "0.05", "--vllm.enforce_eager",
+        "--vllm.enforce_eager",  # the CPU target sizes the KV cache explicitly (rlhf_ext.npu.cpu_kv_cache)
         "--data.prompt_dataset", str(prompts), "--data.input_key", "prompt", "--data.label_key", "label",
         "--data.apply_chat_template", "--data.max_samples", str(steps * prompts_per_step),
         "--data.max_len", str(32 + max_new_tokens), "--rollout.max_new_tokens", str(max_new_tokens),
@@ -152,26 +156,46 @@ def train_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
-def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bool = True) -> int:
-    """Run the training command, writing its console to ``log_path`` and echoing step lines."""
+def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bool = True,
+                 death_grace: float = DEATH_GRACE_S, env: Optional[Dict[str, str]] = None) -> int:
+    """Run the training command, writing its console to ``log_path`` and echoing step lines.
+
+    Returns the command's exit code. The run is stopped early, with a non-zero code, when a Ray
+    actor dies (:class:`rlhf_ext.supervision.DeathWatch`; ``death_grace`` s after the first such
+    line) or after ``timeout`` s (:class:`subprocess.TimeoutExpired`). However it ends, every
+    process it started is gone afterwards (:class:`rlhf_ext.supervision.ProcessTree`). ``env`` adds
+    variables to :func:`train_env`'s.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=train_env(), start_new_session=True)
-        # A watchdog, not a check per line: a hung run may print nothing at all.
-        timed_out = threading.Event()
+                                env={**train_env(), **(env or {})}, start_new_session=True)
+        tree = ProcessTree(proc.pid)
+        death = DeathWatch(grace=death_grace)
+        timed_out, died = threading.Event(), threading.Event()
+        finished = threading.Event()
 
-        def expire() -> None:
-            timed_out.set()
-            _kill_group(proc)
+        # A watchdog thread, not a check per line: a hung or dying run may print nothing at all.
+        def watch() -> None:
+            deadline = time.monotonic() + timeout
+            while not finished.wait(1.0):
+                tree.snapshot()
+                if death.dead:
+                    died.set()
+                elif time.monotonic() >= deadline:
+                    timed_out.set()
+                else:
+                    continue
+                _stop(proc, tree)
+                return
 
-        watchdog = threading.Timer(timeout, expire)
-        watchdog.daemon = True
+        watchdog = threading.Thread(target=watch, name="rlhf_ext-train-watchdog", daemon=True)
         watchdog.start()
         echoed = set()
         try:
             for line in proc.stdout:
                 log.write(line)
+                death.feed(line)
                 if echo and ("Global step" in line or "activated plugin" in line):
                     step = _STEP_RE.search(line)
                     if step:
@@ -184,13 +208,24 @@ def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bo
                             echoed.add(activation.group(1))
                             print("  " + activation.group(0), flush=True)
             rc = proc.wait()
-            if timed_out.is_set():
-                raise subprocess.TimeoutExpired(list(cmd), timeout)
-            return rc
         finally:
-            watchdog.cancel()
-            if proc.poll() is None:
-                _kill_group(proc)
+            finished.set()
+            watchdog.join(timeout=60)
+            _stop(proc, tree)
+        if timed_out.is_set():
+            log.write(f"rlhf_ext: stopped the run after its time limit of {timeout:.0f} s\n")
+            raise subprocess.TimeoutExpired(list(cmd), timeout)
+        if died.is_set() or (rc != 0 and death.seen):
+            log.write(f"rlhf_ext: stopped the run: a process died ({death.first_line})\n")
+            return rc if rc not in (0, None) else 1
+        return rc
+
+
+def _stop(proc: subprocess.Popen, tree: ProcessTree) -> None:
+    """Stop the driver's process group, then every descendant it ever had (Ray's daemons and workers)."""
+    tree.snapshot()
+    _kill_group(proc)
+    tree.kill_all()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -252,7 +287,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--eval-samples", type=int, default=16, help="evalkit samples per problem (default 16)")
     parser.add_argument("--no-eval", action="store_true", help="train only (no evalkit before/after)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before the training is stopped")
+    parser.add_argument("--kv-cache", metavar="SIZE", default=None,
+                        help=f"vLLM's CPU KV cache per engine, e.g. 256MiB (default: from the model and the longest "
+                             f"sequence, at least 64 MiB; also ${ENV_KV_CACHE})")
     args = parser.parse_args(argv)
+    if args.kv_cache is not None:
+        try:
+            parse_size(args.kv_cache)
+        except ValueError as exc:
+            parser.error(f"--kv-cache: {exc}")
+        # Every vLLM this job starts (evalkit, the training's rollout engine) reads it from the environment.
+        os.environ[ENV_KV_CACHE] = args.kv_cache
 
     work = args.workdir.resolve()
     task = work / "task"
@@ -272,6 +317,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         build_tiny_task(task)
     else:
         print(f"[1/4] reusing the tiny task in {task}", flush=True)
+    try:  # checked before evaluation and training start their engines
+        # OpenRLHF's max_model_len: --data.max_len (32 + 16) plus --rollout.max_new_tokens (16)
+        kv_bytes = cpu_kv_cache_bytes(model, 32 + 16 + 16)
+        check_cpu_kv_cache(kv_bytes)
+    except CpuMemoryError as exc:
+        print(f"cannot run: {exc}", file=sys.stderr)
+        return 2
+    print(f"  vLLM CPU KV cache: {format_size(kv_bytes)} per engine (from the model; --kv-cache to change)", flush=True)
     before = None
     if not args.no_eval:
         print("[2/4] evaluating the starting model", flush=True)
@@ -280,10 +333,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"[3/4] training ({args.estimator}, {args.steps} steps) with RLHF_EXT_DEVICE=cpu:\n  "
           + " ".join(cmd[1:]), flush=True)
     t0 = time.time()
-    rc = run_training(cmd, work / "train.log", timeout=args.timeout)
+    try:
+        rc = run_training(cmd, work / "train.log", timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        rc = None
     if rc != 0:
-        print(f"training failed (exit {rc}); see {work / 'train.log'}", file=sys.stderr)
-        return rc
+        how = f"exit {rc}" if rc is not None else f"stopped after its --timeout of {args.timeout:.0f} s"
+        cause = failure_cause((work / "train.log").read_text(errors="replace"))
+        print(f"training failed ({how}); full console in {work / 'train.log'}; its errors, root cause last:",
+              file=sys.stderr)
+        for line in cause or ["(no error line in the console)"]:
+            print("  " + line, file=sys.stderr)
+        return rc or 1
     log = parse_train_log((work / "train.log").read_text())
     scores, rewards = log.metric("score"), log.metric("reward")
     print(f"  trained in {time.time() - t0:.0f} s; {len(log.steps)} steps; plugin active in "

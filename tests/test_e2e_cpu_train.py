@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rlhf_ext.npu.cpu_kv_cache import ENV_KV_CACHE
 from rlhf_ext.smoke import ESTIMATOR_RECIPES, parse_train_log, run_training, train_command, weights_changed
+from rlhf_ext.supervision import failure_cause
 from rlhf_ext.tiny_task import build_tiny_task
 
 STEPS = 2
@@ -72,16 +74,43 @@ def test_run_training_stops_a_silent_hung_command(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def task(tmp_path_factory):
     work = tmp_path_factory.mktemp("e2e_cpu")
     # a shorter warm-up than the default: the run only has to produce rewards that differ within a group
     build_tiny_task(work / "task", sft_steps=60, verbose=False)
+    return work
+
+
+@pytest.fixture(scope="module")
+def trained(task):
+    work = task
     out = work / "trained"
     cmd = train_command(model=work / "task" / "model", prompts=work / "task" / "train.jsonl", output=out,
                         estimator="grpo", steps=STEPS, prompts_per_step=4, n_samples=4, lr=5e-4)  # fmt: skip
     rc = run_training(cmd, work / "train.log", timeout=900, echo=False)
     text = (work / "train.log").read_text()
     return work, rc, text
+
+
+def test_a_rollout_engine_that_fails_at_start_ends_the_run_with_its_cause(task):
+    """An impossible KV-cache size kills the vLLM engine in its constructor: the run must end on its
+    own, non-zero, with the engine's message, instead of waiting in the weight-sync rendezvous."""
+    import time
+
+    work = task
+    cmd = train_command(model=work / "task" / "model", prompts=work / "task" / "train.jsonl", output=work / "never",
+                        estimator="grpo", steps=1, prompts_per_step=4, n_samples=4)  # fmt: skip
+    t0 = time.monotonic()
+    # no TimeoutExpired: the run ended through the dead actor, far from the 900 s watchdog
+    rc = run_training(cmd, work / "failed.log", timeout=900, echo=False, env={ENV_KV_CACHE: "100000GiB"})
+    elapsed = time.monotonic() - t0
+    text = (work / "failed.log").read_text()
+    assert rc != 0, text[-3000:]
+    cause = failure_cause(text)
+    assert any("CPU KV cache needs 100000.00 GiB" in line for line in cause), cause
+    assert "CpuMemoryError" in cause[-1], cause
+    print(f"failing engine ended the run in {elapsed:.0f} s; cause: {cause[-1]}")
+    assert not (work / "never").exists()
 
 
 def test_openrlhf_grpo_run_on_cpu_completes_with_plugin_everywhere(trained):

@@ -204,13 +204,21 @@ def test_changed_prompt_is_refused_before_any_engine_starts(run_a, tiny_model, t
     assert "vllm" not in sys.modules  # refused before an engine was even imported
 
 
-def test_engine_arguments_on_cpu():
+def test_engine_arguments_on_cpu(tiny_model, monkeypatch):
     from rlhf_ext.evalkit.generation import EngineSettings, engine_kwargs, platform_name
+    from rlhf_ext.npu.cpu_kv_cache import ENV_KV_CACHE
 
+    monkeypatch.delenv(ENV_KV_CACHE, raising=False)
     assert platform_name() == "cpu"
-    kw = engine_kwargs(EngineSettings(model="m", tensor_parallel_size=2, seed=3))
+    kw = engine_kwargs(EngineSettings(model=str(tiny_model), tensor_parallel_size=2, seed=3))
     # seeded requests crash vLLM's CPU sampler when a prompt is split over steps: no chunked prefill
     assert kw["enable_chunked_prefill"] is False
-    assert (kw["gpu_memory_utilization"], kw["enforce_eager"], kw["tensor_parallel_size"], kw["seed"]) == (0.2, True, 2, 3)
-    kw = engine_kwargs(EngineSettings(model="m", gpu_memory_utilization=0.5, enforce_eager=False, max_model_len=4096))
+    assert (kw["enforce_eager"], kw["tensor_parallel_size"], kw["seed"]) == (True, 2, 3)
+    # an explicit KV-cache size from the model, never a fraction of the machine's memory:
+    # K and V x 2 layers x 1 KV head x head_dim 64 x 2 bytes (bf16) x 40960 positions x 4 sequences
+    assert "gpu_memory_utilization" not in kw
+    assert kw["kv_cache_memory_bytes"] == 2 * 2 * 1 * 64 * 2 * 40960 * 4 == 80 << 20
+    kw = engine_kwargs(EngineSettings(model=str(tiny_model), gpu_memory_utilization=0.5, enforce_eager=False,
+                                      max_model_len=4096, kv_cache="96MiB"))
     assert (kw["gpu_memory_utilization"], kw["enforce_eager"], kw["max_model_len"]) == (0.5, False, 4096)
+    assert kw["kv_cache_memory_bytes"] == 96 << 20

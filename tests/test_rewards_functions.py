@@ -118,8 +118,32 @@ def test_repetition_penalty():
     assert repetition_penalty_reward(["x x x x"], ngram_size=2, max_penalty=-0.5) == [pytest.approx(-1 / 3)]
     with pytest.raises(ValueError, match="should not be positive"):
         repetition_penalty_reward(["a"], max_penalty=1.0)
-    with pytest.raises(ValueError, match="only language='en'"):
-        repetition_penalty_reward(["a"], language="zh")
+    with pytest.raises(ValueError, match="must be 'en' or 'zh'"):
+        repetition_penalty_reward(["a"], language="fr")
+
+
+def test_repetition_penalty_chinese_segments_with_jieba():
+    # jieba: 我|爱|北京|天安门|。 twice -> 10 segments, 8 trigrams of which 5 distinct
+    text = "我爱北京天安门。我爱北京天安门。"
+    assert repetition_penalty_reward([text], language="zh") == [pytest.approx(-(1 - 5 / 8))]
+    # whitespace splitting would see one "word" and no trigram at all
+    assert repetition_penalty_reward([text], language="en") == [0.0]
+    assert repetition_penalty_reward(["我爱北京"], language="zh", ngram_size=4) == [0.0]  # 3 segments < n
+
+
+def test_repetition_penalty_chinese_without_jieba_says_what_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_jieba(name, *args, **kwargs):
+        if name == "jieba":
+            raise ImportError("No module named 'jieba'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_jieba)
+    with pytest.raises(ValueError, match="pip install jieba"):
+        repetition_penalty_reward(["我爱北京"], language="zh")
 
 
 def test_soft_overlong_punishment():
@@ -134,6 +158,17 @@ def test_soft_overlong_punishment():
     assert by_chars == [-0.75]
     with pytest.raises(ValueError, match="soft_punish_cache <= max_completion_len"):
         soft_overlong_punishment_reward(["x"], max_completion_len=4, soft_punish_cache=8)
+
+
+def test_soft_overlong_punishment_called_the_open_r1_way():
+    # Open-R1: reward(completion_ids=...) or reward(completion_ids) -- token ids, no completions
+    kw = dict(max_completion_len=100, soft_punish_cache=20)
+    assert soft_overlong_punishment_reward(completion_ids=[[1] * 90], **kw) == [-0.5]
+    assert soft_overlong_punishment_reward([[1] * 90, [7] * 10, [], [2] * 101], **kw) == [-0.5, 0.0, 0.0, -1.0]
+    # chat-form completions are still texts, not ids
+    assert soft_overlong_punishment_reward([[{"role": "assistant", "content": "y" * 90}]], **kw) == [-0.5]
+    with pytest.raises(ValueError, match="needs completion_ids"):
+        soft_overlong_punishment_reward(**kw)
 
 
 def test_truncation_and_answer_format():

@@ -28,7 +28,7 @@ command resumes into the same directory and generates only the missing samples.
 
 # Options a resumed run may take from its config.json when they are not given again.
 _RESUMABLE = ("model", "n_samples", "temperature", "top_p", "max_tokens", "template", "system_prompt", "seed",
-              "tp", "dp", "limit", "gpu_memory_utilization", "enforce_eager", "max_model_len", "dtype")
+              "tp", "dp", "limit", "gpu_memory_utilization", "kv_cache", "enforce_eager", "max_model_len", "dtype")
 _DEFAULTS = {"n_samples": 64, "temperature": 0.6, "top_p": 0.95, "max_tokens": 32768, "template": "r1",
              "seed": 0, "tp": 1, "dp": 1, "dtype": "auto"}
 
@@ -60,7 +60,10 @@ def _run_parser(name: str, help_text: str) -> argparse.ArgumentParser:
     g.add_argument("--ray-address", help="existing Ray cluster for --dp (e.g. 'auto' after 'ray start'); "
                                          "default: a local Ray instance")
     g.add_argument("--gpu-memory-utilization", type=float,
-                   help="vLLM memory fraction (default: vLLM's; 0.2 of RAM on CPU)")
+                   help="vLLM memory fraction on GPU/NPU (default: vLLM's); not used on CPU, see --kv-cache")
+    g.add_argument("--kv-cache", metavar="SIZE",
+                   help="CPU only: vLLM's KV cache, e.g. 512MiB (default: from the model and --max-model-len, at "
+                        "least 64 MiB; also $RLHF_EXT_VLLM_KV_CACHE)")
     g.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None,
                    help="disable graph capture/compilation (default: on for CPU only)")
     g.add_argument("--max-model-len", type=int, help="override the model's context length")

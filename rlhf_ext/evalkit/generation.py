@@ -54,7 +54,8 @@ class EngineSettings:
     model: str
     tensor_parallel_size: int = 1
     seed: int = 0
-    gpu_memory_utilization: Optional[float] = None  # None: vLLM's default; 0.2 (of RAM) on CPU
+    gpu_memory_utilization: Optional[float] = None  # None: vLLM's default; not used on CPU
+    kv_cache: Optional[str] = None  # CPU only: KV-cache size ("256MiB"); None: from the model (cpu_kv_cache)
     enforce_eager: Optional[bool] = None  # None: vLLM's default; eager on CPU
     max_model_len: Optional[int] = None
     dtype: str = "auto"
@@ -78,10 +79,18 @@ def engine_kwargs(settings: EngineSettings) -> dict:
         dtype=settings.dtype,
         trust_remote_code=settings.trust_remote_code,
     )
-    # vLLM's defaults, except on CPU: there the memory fraction is of RAM (its 0.92 default fails)
-    # and graph compilation costs more start-up time than a short run gains.
-    if settings.gpu_memory_utilization is not None or on_cpu:
-        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization or 0.2
+    # vLLM's defaults, except on CPU: there a memory fraction is taken of the NUMA node, which differs
+    # between machines of one kind, so the KV cache gets an explicit size from the model instead
+    # (rlhf_ext.npu.cpu_kv_cache); and graph compilation costs more start-up time than a short run gains.
+    if settings.gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
+    if on_cpu:
+        from rlhf_ext.npu.cpu_kv_cache import check_cpu_kv_cache, cpu_kv_cache_bytes
+
+        kv_bytes = cpu_kv_cache_bytes(settings.model, settings.max_model_len, dtype=settings.dtype,
+                                      override=settings.kv_cache)
+        check_cpu_kv_cache(kv_bytes)
+        kwargs["kv_cache_memory_bytes"] = kv_bytes
     if settings.enforce_eager is not None or on_cpu:
         kwargs["enforce_eager"] = settings.enforce_eager if settings.enforce_eager is not None else True
     if settings.max_model_len:

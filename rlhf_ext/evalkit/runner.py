@@ -53,6 +53,7 @@ class RunOptions:
     resume: bool = False
     ray_address: Optional[str] = None
     gpu_memory_utilization: Optional[float] = None
+    kv_cache: Optional[str] = None
     enforce_eager: Optional[bool] = None
     max_model_len: Optional[int] = None
     dtype: str = "auto"
@@ -230,7 +231,8 @@ def _config(run: PreparedRun, status: str, started: float, devices: Optional[dic
         "datasets": {td.task: {"source": td.source, "sha256": td.sha256, "problems": len(td.problems),
                                "problem_ids": [p.id for p in td.problems]} for td in run.tasks},
         "engine": {"tp": o.tp, "dp": o.dp, "ray_address": o.ray_address,
-                   "gpu_memory_utilization": o.gpu_memory_utilization, "enforce_eager": o.enforce_eager,
+                   "gpu_memory_utilization": o.gpu_memory_utilization, "kv_cache": o.kv_cache,
+                   "enforce_eager": o.enforce_eager,
                    "max_model_len": o.max_model_len, "dtype": o.dtype, "trust_remote_code": o.trust_remote_code},
         "grading": {"grader": "rlhf_ext.rewards.MathGrader", "timeout_s": o.grade_timeout,
                     "workers": o.grader_workers},
@@ -338,8 +340,8 @@ def _record(gen: Generation, problem: Problem, prompt: tuple[str, tuple[int, ...
 def _open_engine(run: PreparedRun):
     o = run.options
     settings = EngineSettings(model=o.model, tensor_parallel_size=o.tp, seed=o.seed,
-                              gpu_memory_utilization=o.gpu_memory_utilization, enforce_eager=o.enforce_eager,
-                              max_model_len=o.max_model_len, dtype=o.dtype, trust_remote_code=o.trust_remote_code)
+                              gpu_memory_utilization=o.gpu_memory_utilization, kv_cache=o.kv_cache,
+                              enforce_eager=o.enforce_eager, max_model_len=o.max_model_len, dtype=o.dtype, trust_remote_code=o.trust_remote_code)
     if o.dp > 1:
         backend = RayDataParallel(settings, o.dp, address=o.ray_address)
         devices = {"platform": backend.infos[0]["platform"], "engines": backend.infos, "tp": o.tp, "dp": o.dp}

@@ -26,6 +26,13 @@ from rlhf_ext.npu.backend import (
     torch_device_module,
     visible_devices_env,
 )
+from rlhf_ext.npu.cpu_kv_cache import (
+    ENV_KV_CACHE,
+    CpuMemoryError,
+    check_cpu_kv_cache,
+    cpu_kv_cache_bytes,
+    estimate_kv_cache_bytes,
+)
 from rlhf_ext.npu.hccl_env import ENV_DOCS, HCCL_DEFAULTS, apply_hccl_defaults, hccl_env_defaults
 from rlhf_ext.npu.import_hooks import when_imported
 from rlhf_ext.npu.ray_resources import local_device_ids, ray_actor_resources, retarget_actor_options, retarget_bundle
@@ -64,14 +71,19 @@ __all__ = [
     "BACKENDS",
     "ENV_DEVICE",
     "ENV_DOCS",
+    "ENV_KV_CACHE",
     "HCCL_DEFAULTS",
     "BackendUnavailableError",
+    "CpuMemoryError",
     "apply_device_shim",
     "apply_hccl_defaults",
     "backend_override",
+    "check_cpu_kv_cache",
     "comm_backend",
+    "cpu_kv_cache_bytes",
     "detect_backend",
     "device_name",
+    "estimate_kv_cache_bytes",
     "hccl_env_defaults",
     "import_torch_npu",
     "local_device_ids",

@@ -188,25 +188,40 @@ def repetition_penalty_reward(completions, *, ngram_size: int = 3, max_penalty: 
                               **kwargs) -> List[float]:
     """N-gram repetition penalty (arXiv 2502.03373, appendix C.2), as Open-R1.
 
-    (1 - distinct n-grams / n-grams) * max_penalty over lower-cased whitespace words; 0 for texts
-    shorter than n words. Only ``language="en"`` (Open-R1's "zh" needs jieba).
+    (1 - distinct n-grams / n-grams) * max_penalty; 0 for texts shorter than n words. Words are
+    lower-cased whitespace tokens for ``language="en"``, and jieba's segmentation (every segment,
+    punctuation and spaces included, as Open-R1 counts them) for ``language="zh"``; jieba is an
+    optional dependency (``pip install rlhf_ext[zh]``).
     """
     if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or ngram_size < 1:
         raise ValueError(f"repetition_penalty: ngram_size must be a positive integer, got {ngram_size!r}")
     _finite("repetition_penalty", max_penalty=max_penalty)
     if max_penalty > 0:
         raise ValueError(f"repetition_penalty: max_penalty {max_penalty} should not be positive")
-    if language != "en":
-        raise ValueError(f"repetition_penalty: only language='en' is supported, got {language!r}")
+    split = _word_splitter(language)
     out = []
     for text in completion_texts(completions):
-        words = text.lower().split()
+        words = split(text)
         if len(words) < ngram_size:
             out.append(0.0)
             continue
         ngrams = list(zip(*[words[i:] for i in range(ngram_size)]))
         out.append((1 - len(set(ngrams)) / len(ngrams)) * max_penalty)
     return out
+
+
+def _word_splitter(language: str):
+    if language == "en":
+        return lambda text: text.lower().split()
+    if language == "zh":
+        try:
+            import jieba
+        except ImportError:
+            raise ValueError("repetition_penalty: language='zh' segments words with jieba, which is not installed: "
+                             "pip install jieba (or rlhf_ext[zh])") from None
+        jieba.setLogLevel(60)  # its dictionary-loading chatter would go to every rollout's log
+        return lambda text: list(jieba.cut(text))
+    raise ValueError(f"repetition_penalty: language must be 'en' or 'zh', got {language!r}")
 
 
 def _lengths(name: str, texts: List[str], completion_lengths, completion_ids) -> List[int]:
@@ -220,11 +235,15 @@ def _lengths(name: str, texts: List[str], completion_lengths, completion_ids) ->
 
 
 @register_reward("soft_overlong_punishment")
-def soft_overlong_punishment_reward(completions, *, max_completion_len: int = 16384, soft_punish_cache: int = 4096,
-                                    completion_lengths=None, completion_ids=None, **kwargs) -> List[float]:
+def soft_overlong_punishment_reward(completions=None, *, max_completion_len: int = 16384,
+                                    soft_punish_cache: int = 4096, completion_lengths=None, completion_ids=None,
+                                    **kwargs) -> List[float]:
     """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13), as Open-R1.
 
     0 if L <= L_max - L_cache; (L_max - L_cache - L) / L_cache inside the buffer; -1 beyond L_max.
+    Called as Open-R1 calls it, ``reward(completion_ids)`` or ``reward(completion_ids=...)`` (L in
+    tokens), or with ``completions`` (text; L from ``completion_lengths``, ``completion_ids``, or
+    characters).
     """
     for key, v in (("max_completion_len", max_completion_len), ("soft_punish_cache", soft_punish_cache)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -232,9 +251,17 @@ def soft_overlong_punishment_reward(completions, *, max_completion_len: int = 16
     if max_completion_len <= 0 or soft_punish_cache > max_completion_len:
         raise ValueError("soft_overlong_punishment: need 0 <= soft_punish_cache <= max_completion_len and "
                          f"max_completion_len > 0, got {soft_punish_cache} and {max_completion_len}")
-    texts = completion_texts(completions)
+    if completions is not None and completion_ids is None and _are_token_ids(completions):
+        completions, completion_ids = None, completions  # Open-R1's positional form
+    if completions is None:
+        if completion_ids is None:
+            raise ValueError("soft_overlong_punishment needs completion_ids (token ids) or completions")
+        lengths = [len(ids) for ids in completion_ids]
+    else:
+        texts = completion_texts(completions)
+        lengths = _lengths("soft_overlong_punishment", texts, completion_lengths, completion_ids)
     out = []
-    for n in _lengths("soft_overlong_punishment", texts, completion_lengths, completion_ids):
+    for n in lengths:
         if n <= max_completion_len - soft_punish_cache:
             out.append(0.0)
         elif n <= max_completion_len:
@@ -242,6 +269,13 @@ def soft_overlong_punishment_reward(completions, *, max_completion_len: int = 16
         else:
             out.append(-1.0)
     return out
+
+
+def _are_token_ids(items: Sequence) -> bool:
+    """A batch of token-id lists (``[[1, 2], []]``), as opposed to texts or chat messages."""
+    return len(items) > 0 and all(
+        isinstance(x, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in x) for x in items
+    )
 
 
 @register_reward("truncation")

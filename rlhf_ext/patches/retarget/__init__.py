@@ -14,7 +14,9 @@ OpenRLHF, is :data:`~rlhf_ext.patches.retarget.sites.KNOWN_SITES`):
 * Ray: ``"GPU"`` bundles and ``num_gpus`` become ``"NPU"`` resources (CPU: none), local ranks and
   ``ASCEND_RT_VISIBLE_DEVICES`` come from Ray's NPU accelerator ids (:mod:`.ray_placement`);
 * vLLM weight sync over HCCL with vllm-ascend's ``PyHcclCommunicator`` (CPU: gloo) instead of
-  NCCL / CUDA IPC (:mod:`.weight_sync`);
+  NCCL / CUDA IPC (:mod:`.weight_sync`), its rendezvous bounded and watching the engines
+  (:mod:`.rendezvous`);
+* on CPU, the rollout engine's KV cache sized from the model, not a fraction of RAM (:mod:`.vllm_memory`);
 * ``flash_attention_2`` mapped to what the backend has, ``torch.compile`` off (:mod:`.models`);
   device mesh type and a ring-attention guard in the DeepSpeed strategy (:mod:`.strategy`).
 
@@ -27,15 +29,18 @@ from rlhf_ext.patches.retarget.apply import MODULE_PATCHES, applied_patches, app
 from rlhf_ext.patches.retarget.guard import TESTED_OPENRLHF_VERSIONS, RetargetError, openrlhf_version
 from rlhf_ext.patches.retarget.inventory import InventoryReport, check_inventory, scan_openrlhf
 from rlhf_ext.patches.retarget.models import map_attn_implementation
+from rlhf_ext.patches.retarget.rendezvous import ENV_SYNC_TIMEOUT, WeightSyncRendezvousError
 from rlhf_ext.patches.retarget.state import applied_backend, current_backend, retarget_backend
 from rlhf_ext.patches.retarget.weight_sync import GlooBroadcaster
 
 __all__ = [
+    "ENV_SYNC_TIMEOUT",
     "MODULE_PATCHES",
     "TESTED_OPENRLHF_VERSIONS",
     "GlooBroadcaster",
     "InventoryReport",
     "RetargetError",
+    "WeightSyncRendezvousError",
     "applied_backend",
     "applied_patches",
     "apply_openrlhf_retarget",

@@ -14,15 +14,21 @@ is ``nccl`` and all models are colocated, CUDA IPC handles. Both are CUDA-only. 
   so it is checked here and reported as an error;
 * on CPU a gloo process group from vLLM's ``stateless_init_torch_distributed_process_group`` is
   wrapped in :class:`GlooBroadcaster`, which offers the same ``broadcast``;
+* on both, the group's rendezvous is bounded and watches the engines (:mod:`.rendezvous`), so an
+  engine that died at start ends the run with its error instead of a silent wait;
 * ``--vllm.sync_with_ray`` goes through ``ray.util.collective``, which knows only NCCL and GLOO:
   fine on CPU, an explicit error on NPU.
 """
 
 from __future__ import annotations
 
+import inspect
+from datetime import timedelta
+
 from rlhf_ext.npu import patching
 from rlhf_ext.npu.backend import CANN_SET_ENV_HINT, comm_backend
 from rlhf_ext.patches.retarget.guard import RetargetError, require
+from rlhf_ext.patches.retarget.rendezvous import peers_checked_by, ray_actors_alive_check, rendezvous, sync_timeout
 from rlhf_ext.patches.retarget.state import current_backend
 
 
@@ -64,7 +70,8 @@ def _hccl_group(master_address, master_port, rank, world_size, device):
             f"`from vllm_ascend.distributed.device_communicators.pyhccl import PyHcclCommunicator` failed ({exc}). "
             "Install the vllm-ascend release that matches your vLLM (docs/npu.md)."
         ) from exc
-    group = StatelessProcessGroup.create(host=master_address, port=master_port, rank=rank, world_size=world_size)
+    store = rendezvous(master_address, master_port, rank, world_size)
+    group = StatelessProcessGroup(rank=rank, world_size=world_size, store=store)
     communicator = PyHcclCommunicator(group, device=device)
     if world_size > 1 and (getattr(communicator, "disabled", False) or not getattr(communicator, "available", True)):
         raise RetargetError(
@@ -75,11 +82,14 @@ def _hccl_group(master_address, master_port, rank, world_size, device):
 
 
 def _gloo_group(master_address, master_port, rank, world_size):
-    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+    from torch.distributed import PrefixStore
+    from vllm.distributed.utils import init_gloo_process_group
 
-    group = stateless_init_torch_distributed_process_group(
-        master_address, master_port, rank, world_size, backend="gloo"
-    )
+    timeout = sync_timeout()
+    store = rendezvous(master_address, master_port, rank, world_size, timeout)
+    # The prefix keeps gloo's keys apart from the join markers in the same store.
+    group = init_gloo_process_group(PrefixStore(f"tcp://{master_address}:{master_port}", store), rank, world_size,
+                                    timedelta(seconds=timeout))
     return GlooBroadcaster(group, rank, world_size)
 
 
@@ -117,7 +127,11 @@ def actor_ppo_trainer_init(self, strategy, *args, **kwargs):
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
     retarget_sync_args(strategy.args, current_backend())
-    return patching.original(ActorPPOTrainer, "__init__")(self, strategy, *args, **kwargs)
+    init = patching.original(ActorPPOTrainer, "__init__")
+    engines = inspect.signature(init).bind_partial(self, strategy, *args, **kwargs).arguments.get("vllm_engines")
+    # The sync group is formed inside __init__: let its rendezvous notice an engine that died.
+    with peers_checked_by(ray_actors_alive_check(engines) if engines else None):
+        return init(self, strategy, *args, **kwargs)
 
 
 def patch_distributed_util(module, backend: str) -> None:
@@ -132,7 +146,7 @@ def patch_ppo_actor(module, backend: str) -> None:
     current = require(module, "stateless_init_process_group", "vLLM weight-sync group")
     if current is patching.original(distributed_util, "stateless_init_process_group"):
         patching.replace_function(module, "stateless_init_process_group", stateless_init_process_group)
-    require(module, "ActorPPOTrainer.__init__", "vLLM sync backend", params=["strategy"])
+    require(module, "ActorPPOTrainer.__init__", "vLLM sync backend", params=["strategy", "vllm_engines"])
     require(module, "ActorPPOTrainer._init_vllm_sync_group", "vLLM sync backend", params=["backend"])
     patching.replace_function(module.ActorPPOTrainer, "__init__", actor_ppo_trainer_init)
 
