@@ -13,7 +13,9 @@ Rules (docs/queue.md):
 * SIGINT / SIGTERM (Ctrl-C, ``rlhf-ext queue stop``) stop the running command's whole process
   group and every process it started in other sessions (Ray's daemons;
   :class:`rlhf_ext.supervision.ProcessTree`), mark the run ``interrupted`` and end the queue;
-* each command runs in its own session with ``DIR/snapshot/code`` first on ``PYTHONPATH``; with
+* each command runs in its own session, in the directory the queue was first started from, with
+  ``DIR/snapshot/code`` first on ``PYTHONPATH`` and ``PYTHONSAFEPATH=1`` (so a checkout in the
+  working directory cannot shadow the snapshot); with
   ``--ray-address`` it is submitted with ``ray job submit`` (the snapshot's rlhf_ext travels as a
   ``py_modules`` entry of the job's runtime environment) and followed to completion; the run
   counts as succeeded only if Ray reports the job ``SUCCEEDED``.
@@ -100,8 +102,10 @@ def _is_fresh(output: Path) -> bool:
 
 
 def dry_run(suite_path, output, *, sets: Optional[Sequence[str]] = None, only: Optional[Sequence[str]] = None,
-            ray_address: Optional[str] = None, out: TextIO = sys.stdout) -> int:
-    """Print every command with its resolved paths and check that the inputs exist; touch nothing."""
+            ray_address: Optional[str] = None, out=None) -> int:
+    """Print every command with its resolved paths (to ``out``, default stdout) and check that the inputs
+    exist; touch nothing. Returns 0, or 1 when an input is missing or the output directory is taken."""
+    out = sys.stdout if out is None else out
     suite = load_suite(suite_path)
     set_values = parse_sets(sets)
     output = Path(output).resolve()
@@ -182,6 +186,7 @@ def _prepare(suite_path: Path, output: Path, set_values: Dict[str, str], only: O
                "sha256": suite_sha},
         sets=set_values,
         only=list(only) if only else None,
+        cwd=str(Path.cwd()),
         snapshot=record,
     )
     sha = {"code": record["code"]["sha256"], "suite": suite_sha,
@@ -268,6 +273,9 @@ class Runner:
         env = dict(os.environ)
         code = str(self.snap / "code")
         env["PYTHONPATH"] = code + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # Python puts the working directory (or a script's directory) before PYTHONPATH; started in a
+        # checkout, that would import the checkout's rlhf_ext, not the snapshot (Python >= 3.11).
+        env["PYTHONSAFEPATH"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         env["RLHF_EXT_QUEUE_DIR"] = str(self.output)
         env["RLHF_EXT_QUEUE_RUN"] = entry["name"]
@@ -290,7 +298,7 @@ class Runner:
             log.flush()
             try:
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=self.env_for(entry), cwd=os.getcwd(), start_new_session=True)
+                                        env=self.env_for(entry), cwd=self.m.data["cwd"], start_new_session=True)
             except OSError as exc:
                 entry["logs"].append(str(log_path))
                 return {"exit_code": None, "signal": None, "interrupted": False,
@@ -375,12 +383,15 @@ def _archive_attempt(entry: Dict) -> None:
 
 
 def run_queue(suite_path, output, *, sets: Optional[Sequence[str]] = None, only: Optional[Sequence[str]] = None,
-              retry_failed: bool = False, ray_address: Optional[str] = None, out: Optional[TextIO] = sys.stdout,
+              retry_failed: bool = False, ray_address: Optional[str] = None, out="stdout",
               kill_grace: float = KILL_GRACE_S) -> int:
     """Run (or continue) the queue; returns 0 when every run is done, 1 on a failure, 130 when stopped.
 
+    Progress goes to ``out`` (default stdout; None for silence).
+
     Raises :class:`QueueError` / :class:`rlhf_ext.queue.suite.SuiteError` for a queue that cannot start.
     """
+    out = sys.stdout if out == "stdout" else out
     suite_path = Path(suite_path)
     output = Path(output).resolve()
     set_values = parse_sets(sets)
