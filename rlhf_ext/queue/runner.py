@@ -338,6 +338,11 @@ class Runner:
         self.m.data["status"] = "running"
         self.m.save()
         for index, cmd in enumerate(entry["commands"]):
+            if self.stop.signum is not None:  # stopped between two commands of the run
+                entry.update(status=INTERRUPTED, signal=self.stop.name, ended_at=time.time(),
+                             reason=f"stopped by {self.stop.name} before command {index + 1}")
+                self.m.save()
+                return INTERRUPTED
             res = self.run_command(entry, index, cmd)
             entry.update(exit_code=res["exit_code"], signal=res["signal"], ended_at=time.time())
             if "ray_status" in res:
