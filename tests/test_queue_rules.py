@@ -18,7 +18,6 @@ import pytest
 
 from rlhf_ext.queue import (
     EXIT_INTERRUPTED,
-    Manifest,
     QueueError,
     QueueLock,
     QueueLockedError,

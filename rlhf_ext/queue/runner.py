@@ -41,7 +41,7 @@ from . import manifest as mf
 from .lock import QueueLock, QueueLockedError
 from .manifest import DONE, FAILED, INTERRUPTED, PENDING, RUNNING, Manifest, ManifestError
 from .snapshot import sha256_file, sha256_tree, package_dir, take_snapshot, verify_code
-from .suite import ResolvedRun, SuiteError, load_suite, parse_sets, resolve_inputs, resolve_run
+from .suite import SuiteError, load_suite, parse_sets, resolve_inputs, resolve_run
 
 KILL_GRACE_S = 10.0
 POLL_S = 0.25
