@@ -32,13 +32,13 @@ def status(output, out: TextIO = sys.stdout) -> int:
     git = (snap.get("git") or {}).get("cwd") or {}
     print(f"snapshot: rlhf_ext {snap['versions'].get('rlhf_ext')}, code sha256 {snap['code']['sha256'][:12]}, "
           f"git {str(git.get('commit'))[:12]}{' (dirty)' if git.get('dirty') else ''}", file=out)
-    width = max(len(r["name"]) for r in d["runs"]) if d["runs"] else 4
+    width = max([3] + [len(r["name"]) for r in d["runs"]])
     print(f"{'#':>2}  {'run':<{width}}  {'status':<11}  {'exit':>6}  {'time':>8}  reason", file=out)
     for i, r in enumerate(d["runs"], 1):
         code = r["exit_code"] if r["exit_code"] is not None else (r["signal"] or "-")
-        tries = f" (attempt {r['attempt']})" if r["attempt"] > 1 else ""
-        print(f"{i:>2}  {r['name']:<{width}}  {r['status']:<11}  {str(code):>6}  {_duration(r):>8}  "
-              f"{r['reason'] or ''}{tries}", file=out)
+        note = " ".join(x for x in (r["reason"], f"(attempt {r['attempt']})" if r["attempt"] > 1 else None) if x)
+        line = f"{i:>2}  {r['name']:<{width}}  {r['status']:<11}  {str(code):>6}  {_duration(r):>8}  {note}"
+        print(line.rstrip(), file=out)
     return 0
 
 
