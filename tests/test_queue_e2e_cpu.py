@@ -43,6 +43,9 @@ def queue_run(tmp_path_factory):
         # declare the training console log as the run's final record instead.
         argv += ["--set", "record={run_dir}/logs/1-python.log"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # Until the CPU target's own KV-cache sizing (#18) reaches every path, size vLLM's CPU KV cache
+    # explicitly (1 GiB) so vLLM does not reserve a fraction of the machine's memory.
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     t0 = time.monotonic()
     res = subprocess.run(argv, capture_output=True, text=True, timeout=1500, env=env, cwd=work)
     elapsed = time.monotonic() - t0

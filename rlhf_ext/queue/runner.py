@@ -217,9 +217,14 @@ def _note_workspace_drift(m: Manifest, out: Optional[TextIO]) -> None:
 # --- one command ----------------------------------------------------------------------------------------
 
 
+def _ray_cli() -> str:
+    """The ``ray`` command of this interpreter's environment (a venv's bin/ need not be on PATH)."""
+    return shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray") or "ray"
+
+
 def _ray_submit_cmd(cmd: List[str], address: str, submission_id: str, snap: Path, env: Dict[str, str]) -> List[str]:
     runtime_env = {"py_modules": [str(snap / "code" / "rlhf_ext")], "env_vars": dict(env)}
-    return ["ray", "job", "submit", "--address", address, "--submission-id", submission_id,
+    return [_ray_cli(), "job", "submit", "--address", address, "--submission-id", submission_id,
             "--runtime-env-json", json.dumps(runtime_env), "--", *cmd]
 
 
@@ -234,7 +239,7 @@ def _ray_job_status(address: str, submission_id: str) -> Optional[str]:
 
 def _ray_stop(address: str, submission_id: str) -> None:
     try:
-        subprocess.run(["ray", "job", "stop", "--address", address, submission_id], timeout=120,
+        subprocess.run([_ray_cli(), "job", "stop", "--address", address, submission_id], timeout=120,
                        capture_output=True)
     except (OSError, subprocess.TimeoutExpired):
         pass
