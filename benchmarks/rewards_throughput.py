@@ -7,12 +7,18 @@ Usage (from the repository root)::
 The corpus is fixed (built deterministically from ../shared/data: MATH-500, GSM8K, AIME 2024/2025,
 AMC 2023 golds): correct answers, equivalent spellings (``\\frac{1}{2}`` / ``0.5`` / ``1/2``, AIME
 ``025``, AMC ``27.0``, ``<answer>`` tags, "The answer is", ``#### N``), wrong answers, answers that
-cannot be parsed, and a few pathological ones (``\\boxed{9^{9^{9^{9}}}}`` and friends).
+cannot be parsed, a few pathological ones (``\\boxed{9^{9^{9^{9}}}}`` and friends), and correct
+answers in spellings that math-verify itself misreads ("misread": GSM8K answers of 1,000 and above
+with LaTeX thousands spacing ``1\\,430`` / ``57{,}500`` / ``25~000``, MATH-500 answers with unbraced
+operators ``\\frac32`` / ``3\\sqrt5``).
 
 Baseline: Open-R1's accuracy-reward loop -- for each sample, parse the gold, parse the answer, call
 ``verify(gold, answer)``, all in the main thread with math-verify's own SIGALRM timeouts (5 s), no
-cache. It runs the same math-verify calls as the grader (:mod:`rlhf_ext.rewards.math_verify_recipe`),
-so the two must agree wherever both finish.
+cache, math-verify's parse exactly as Open-R1 configures it (no rewriting of the LaTeX first). The
+final answer handed to it is found by the same extraction as the grader's, so the two differ only
+where the grader rewrites LaTeX that math-verify misreads
+(:func:`rlhf_ext.rewards.latex_for_math_verify`): they must agree on every other sample where both
+finish, and on the "misread" samples agreement is reported separately, with each side's accuracy.
 
 Measured, in one run: samples/s of both and their ratio (on the whole corpus and on the part without
 pathological samples), verdict agreement where neither timed out, per-sample latency p50/p99, and
@@ -36,8 +42,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from rlhf_ext.rewards import MathGrader, default_workers, prepare_gold  # noqa: E402
-from rlhf_ext.rewards.extraction import find_answer_candidate  # noqa: E402
-from rlhf_ext.rewards.math_verify_recipe import parse_answer, parse_gold  # noqa: E402
+from rlhf_ext.rewards.extraction import (brace_operator_arguments, find_answer_candidate,  # noqa: E402
+                                         join_digit_groups)
+from rlhf_ext.rewards.math_verify_recipe import ANSWER_EXTRACTION, GOLD_EXTRACTION  # noqa: E402
 
 PATHOLOGICAL = [
     "Multiplying out, the count is $\\boxed{9^{9^{9^{9}}}}$.",
@@ -82,10 +89,36 @@ UNPARSEABLE = ["I am not sure how to finish this.", "The answer is \\boxed{}.", 
                "Final answer: ???", "<answer>\n</answer>"]
 
 
+_THOUSANDS_SPACING = ["\\,", "{,}", "~", "\\;"]
+
+
+def _misread_thousands(n: str, i: int):
+    """``57500`` -> ``57\\,500`` (the separator cycles through LaTeX spacings), or None below 1000."""
+    if not re.fullmatch(r"\d{4,}", n):
+        return None
+    head, groups = n[: len(n) % 3 or 3], [n[j:j + 3] for j in range(len(n) % 3 or 3, len(n), 3)]
+    return _THOUSANDS_SPACING[i % len(_THOUSANDS_SPACING)].join([head] + groups)
+
+
+def _misread_operators(answer: str):
+    """``\\frac{3}{2}`` -> ``\\frac32``, ``3 \\sqrt{5}`` -> ``3 \\sqrt5``, or None when nothing changes."""
+    out = re.sub(r"\\([dt]?frac)\{(\d)\}\{(\d)\}", r"\\\1\2\3", answer)
+    out = re.sub(r"\\sqrt\{(\d)\}", r"\\sqrt\1", out)
+    return out if out != answer else None
+
+
 def build_corpus(data_dir: str):
     """[(response, gold, kind)], deterministic."""
     rng = random.Random(0)
     out = []
+    for row in _rows(data_dir, "math500.jsonl"):
+        spelled = _misread_operators(row["answer"])
+        if spelled is not None:
+            out.append(("So the answer is $\\boxed{%s}$." % spelled, row["answer"], "misread"))
+    for i, row in enumerate(_rows(data_dir, "gsm8k_test.jsonl")):
+        spelled = _misread_thousands(prepare_gold(row["answer"]), i)
+        if spelled is not None:
+            out.append(("The total is \\boxed{%s}." % spelled, row["answer"], "misread"))
     for i, row in enumerate(_rows(data_dir, "math500.jsonl")):
         ans = row["answer"]
         out.append(("Reasoning step by step ... Therefore, the final answer is $\\boxed{%s}$." % ans, ans, "correct"))
@@ -124,20 +157,39 @@ def build_corpus(data_dir: str):
     return out
 
 
+TRUTH = {"correct": True, "equivalent": True, "misread": True, "wrong": False, "unparseable": False}
+
+
+def rewrites(response: str, gold) -> set:
+    """Which of the grader's LaTeX rewrites touch this sample's answer or gold: {"thousands", "operators"}."""
+    out = set()
+    candidate = find_answer_candidate(response)
+    for text in (prepare_gold(gold), candidate.raw if candidate else None):
+        if not text:
+            continue
+        if join_digit_groups(text) != text:
+            out.add("thousands")
+        if brace_operator_arguments(text) != text:
+            out.add("operators")
+    return out
+
+
 def baseline_grade(response: str, gold) -> bool:
-    """Open-R1's accuracy-reward loop body: parse gold, parse answer, verify(gold, answer); main thread."""
-    from math_verify import verify
+    """Open-R1's accuracy-reward loop body: parse gold, parse answer, verify(gold, answer); main thread;
+    math-verify as it is (no LaTeX rewriting)."""
+    from math_verify import parse, verify
 
     gold_text = prepare_gold(gold)
     if gold_text is None:
         return False
-    gold_parsed = parse_gold(gold_text)
+    gold_parsed = parse("\\boxed{" + gold_text + "}", extraction_config=GOLD_EXTRACTION, extraction_mode="first_match")
     if not gold_parsed:
         return False
     candidate = find_answer_candidate(response)
     if candidate is None:
         return False
-    return bool(verify(gold_parsed, parse_answer(candidate.raw)))
+    answer = parse("\\boxed{" + candidate.raw + "}", extraction_config=ANSWER_EXTRACTION, extraction_mode="first_match")
+    return bool(verify(gold_parsed, answer))
 
 
 class _TimeoutCounter(logging.Handler):
@@ -289,10 +341,32 @@ def main(argv=None) -> int:
     # grade_batch is submit-all-then-wait; the submit loop above is the same, with timestamps.
     _progress("grader (batch API)", len(corpus), len(corpus))
 
-    both = [i for i in range(len(corpus)) if not base_timeout[i] and not results[i].timeout]
+    # Samples whose answer or gold the grader rewrites before math-verify (spellings math-verify
+    # misreads: the constructed "misread" ones, and MATH-500 golds such as \frac14 themselves) are
+    # scored against the truth; on all others the grader must agree with math-verify exactly.
+    touched = {i: rewrites(responses[i], golds[i]) for i in range(len(corpus)) if corpus[i][2] != "pathological"}
+    misread = [i for i, r in touched.items() if r]
+    misread_set = set(misread)
+    both = [i for i in range(len(corpus)) if not base_timeout[i] and not results[i].timeout and i not in misread_set]
     agree = sum(base_correct[i] == results[i].correct for i in both)
     disagreements = [(responses[i][:80], str(golds[i])[:40], base_correct[i], results[i].correct)
                      for i in both if base_correct[i] != results[i].correct]
+
+    def scored(idx):
+        return {"samples": len(idx),
+                "math_verify_right": sum(base_correct[i] == TRUTH[corpus[i][2]] for i in idx),
+                "grader_right": sum(results[i].correct == TRUTH[corpus[i][2]] for i in idx),
+                "agreement": sum(base_correct[i] == results[i].correct for i in idx)}
+
+    misread_report = scored(misread)
+    misread_report["thousands"] = scored([i for i in misread if "thousands" in touched[i]])
+    misread_report["operators"] = scored([i for i in misread if "operators" in touched[i]])
+    misread_report["by_kind"] = {k: scored([i for i in misread if corpus[i][2] == k])
+                                 for k in sorted({corpus[i][2] for i in misread})}
+    misread_report["thousands_by_separator"] = {
+        sep: scored([i for i in misread if corpus[i][2] == "misread" and "total" in responses[i]
+                     and sep in responses[i].split("boxed", 1)[1]])
+        for sep in _THOUSANDS_SPACING}
     normal = [i for i in range(len(corpus)) if i not in set(pathological)]
     base_wall_normal = sum(base_time[i] for i in normal)
     grader.close()
@@ -306,7 +380,8 @@ def main(argv=None) -> int:
     grader_cpu_normal = sum(_cpu_seconds(p) for p in pids) - cpu0 + (time.process_time() - c)
     base_cpu_normal = sum(base_cpu[i] for i in normal)
     grader_normal.close()
-    agree_normal = sum(base_correct[i] == r.correct for i, r in zip(normal, results_normal) if not base_timeout[i])
+    agree_normal = sum(base_correct[i] == r.correct for i, r in zip(normal, results_normal)
+                       if not base_timeout[i] and i not in misread_set)
 
     # --- batches of 64 containing pathological samples -------------------------------------------
     grader2 = started(args.timeout)
@@ -366,7 +441,9 @@ def main(argv=None) -> int:
     report["machine_parallel_headroom"] = headroom
     report["baseline_cpu_ms_per_sample"] = round(1000 * base_cpu_normal / len(normal), 3)
     report["grader_cpu_ms_per_sample"] = round(1000 * grader_cpu_normal / len(normal), 3)
-    report["agreement_without_pathological"] = f"{agree_normal}/{sum(not base_timeout[i] for i in normal)}"
+    report["agreement_without_pathological"] = (f"{agree_normal}/"
+                                                f"{sum(not base_timeout[i] and i not in misread_set for i in normal)}")
+    report["misread"] = misread_report
 
     print()
     print(f"corpus {len(corpus)} samples, timeout {args.timeout:g}s, {grader.workers} workers on "
@@ -386,8 +463,22 @@ def main(argv=None) -> int:
     if headroom:
         print(f"machine headroom now: {headroom['processes']} independent baseline processes run "
               f"{headroom['speedup']:.2f}x the throughput of one (the ceiling for any parallel grader here)")
-    print(f"verdict agreement where both finished: {agree}/{len(both)} ({report['agreement_pct']}%); "
-          f"timeouts: baseline {sum(base_timeout)}, grader {report['grader_timeouts']}")
+    print(f"verdict agreement where both finished (spellings math-verify reads correctly): {agree}/{len(both)} "
+          f"({report['agreement_pct']}%); timeouts: baseline {sum(base_timeout)}, grader {report['grader_timeouts']}")
+    m = misread_report
+    print(f"samples with spellings math-verify misreads ({m['samples']}; answer or gold rewritten by the grader): "
+          f"verdict right (vs the corpus's truth): math-verify {m['math_verify_right']}, grader {m['grader_right']}; "
+          f"agreement {m['agreement']}/{m['samples']}")
+    for label in ("thousands", "operators"):
+        x = m[label]
+        print(f"  {label:10s} {x['samples']:4d} samples: math-verify right {x['math_verify_right']}, "
+              f"grader right {x['grader_right']}")
+    for kind, x in m["by_kind"].items():
+        print(f"  kind {kind:12s} {x['samples']:4d}: math-verify right {x['math_verify_right']}, "
+              f"grader right {x['grader_right']}")
+    for sep, x in m["thousands_by_separator"].items():
+        print(f"  thousands written with {sep:4s} {x['samples']:3d}: math-verify right {x['math_verify_right']}, "
+              f"grader right {x['grader_right']}")
     print(f"64-sample batches with pathological samples: grader {report['pathological_batch_walls_s']} s "
           f"(worst {report['worst_pathological_batch_s']} s, limit + 1 = {args.timeout + 1:g} s); "
           f"baseline on the same batches {report['pathological_batch_baseline_s']} s; "
@@ -400,6 +491,7 @@ def main(argv=None) -> int:
         == report["agreement_without_pathological"].split("/")[1],
         "worst pathological batch <= limit + 1 s": max(batch_walls) <= args.timeout + 1,
         "time added by pathological samples <= limit + 1 s": max(batch_deltas) <= args.timeout + 1,
+        "grader right on every misread spelling": misread_report["grader_right"] == misread_report["samples"],
     }
     for goal, ok in goals.items():
         print(f"  {'PASS' if ok else 'MISS'}  {goal}")

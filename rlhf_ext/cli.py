@@ -263,7 +263,95 @@ def _run_queue_stop(args: argparse.Namespace) -> int:
         return 2
 
 
-_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke, _add_queue)
+# --- report --------------------------------------------------------------------------------------
+
+
+def _add_report(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="one offline HTML page comparing RL runs (training dynamics, evals, incidents)",
+        description=(
+            "Write ONE self-contained HTML file (plotly inlined; opens offline by double-click) that\n"
+            "compares RL runs: the run table with the configuration keys that differ, headline sentences,\n"
+            "all runs' training dynamics overlaid (step or wall-clock x axis, moving-average window),\n"
+            "evaluation over checkpoints from evalkit output directories with bootstrap bands and paired\n"
+            "comparisons, and incidents.\n\n"
+            "RUN_DIR is a run record (config.json, metrics.jsonl, events.jsonl), written by runs with\n"
+            "--plugin rlhf_ext. See docs/report.md.\n"
+        ),
+        epilog=(
+            "example:\n  rlhf-ext report runs/grpo runs/dr_grpo --evals evals/ --names GRPO,Dr.GRPO -o report.html\n"
+            "--evals takes evalkit output directories or folders holding them; each is placed on the run\n"
+            "and step of the checkpoint it evaluated (starting model: step 0)."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to compare (the first is the baseline)")
+    p.add_argument("--evals", nargs="+", default=[], metavar="EVAL_DIR",
+                   help="evalkit output directories, or directories containing them")
+    p.add_argument("--names", default=None, help="comma-separated display names, one per RUN_DIR (default: recorded names)")
+    p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    p.add_argument("--title", default=None, help="page title (default: 'RL runs: <names>')")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .evalkit.records import RunDirError
+    from .report import EvalDirError, RunRecordError, write_report
+
+    names = None
+    if args.names is not None:
+        names = [n.strip() for n in args.names.split(",")]
+        if any(not n for n in names):
+            print(f"rlhf-ext report: error: --names {args.names!r} has an empty name", file=sys.stderr)
+            return 2
+    command = shlex.join(["rlhf-ext", "report", *args.run_dirs, *(["--evals", *args.evals] if args.evals else []),
+                          *(["--names", args.names] if names else []), "-o", args.output])
+    try:
+        out = write_report(args.run_dirs, args.output, eval_dirs=args.evals, names=names, title=args.title,
+                           quiet=args.quiet, command=command)
+    except (RunRecordError, EvalDirError, RunDirError) as exc:
+        print(f"rlhf-ext report: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"rlhf-ext report: error: {exc}; install plotly (pip install 'rlhf_ext[report]')", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"rlhf-ext report: error: {exc}", file=sys.stderr)  # unreadable input or unwritable output
+        return 1
+    print(out)
+    return 0
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+def _add_data(subparsers) -> None:
+    from .data.cli import add_data_commands
+
+    p = subparsers.add_parser(
+        "data",
+        help="data tools between RL stages: sample, filter, pairs, sft, clean (docs/data.md)",
+        description="Curate training data with the current model: sample every prompt N times and grade it, keep "
+                    "the prompts worth training on, build DPO pairs and rejection-sampling SFT sets, clean and "
+                    "decontaminate. 'rlhf-ext data COMMAND --help' shows each command with an example.",
+    )
+    sub = p.add_subparsers(dest="data_command", metavar="COMMAND")
+    sub.required = True
+    add_data_commands(sub)
+    p.set_defaults(handler=_run_data)
+
+
+def _run_data(args: argparse.Namespace) -> int:
+    from .data.cli import run
+
+    return run(args)
+
+
+_SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke, _add_report, _add_data, _add_queue)
 
 
 def build_parser() -> argparse.ArgumentParser:

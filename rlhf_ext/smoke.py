@@ -33,7 +33,8 @@ from typing import Dict, List, Optional, Sequence
 
 from rlhf_ext.npu.cpu_kv_cache import (ENV_KV_CACHE, CpuMemoryError, check_cpu_kv_cache, cpu_kv_cache_bytes,
                                        format_size, parse_size)
-from rlhf_ext.supervision import DEATH_GRACE_S, DeathWatch, ProcessTree, failure_cause
+from rlhf_ext.supervision import (DEATH_GRACE_S, DeathWatch, ProcessTree, failure_cause, remove_stale_build_locks,
+                                  torch_extensions_root)
 
 ESTIMATOR_RECIPES: Dict[str, List[str]] = {
     "grpo": ["--algo.advantage.estimator", "grpo"],
@@ -168,8 +169,11 @@ def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bo
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**train_env(), **(env or {})}, start_new_session=True)
+        started = time.time()
+        env = {**train_env(), **(env or {})}
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+        stale_locks_under = torch_extensions_root(env)
         tree = ProcessTree(proc.pid)
         death = DeathWatch(grace=death_grace)
         timed_out, died = threading.Event(), threading.Event()
@@ -186,7 +190,7 @@ def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bo
                     timed_out.set()
                 else:
                     continue
-                _stop(proc, tree)
+                _stop(proc, tree, log, started, stale_locks_under)
                 return
 
         watchdog = threading.Thread(target=watch, name="rlhf_ext-train-watchdog", daemon=True)
@@ -211,7 +215,7 @@ def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bo
         finally:
             finished.set()
             watchdog.join(timeout=60)
-            _stop(proc, tree)
+            _stop(proc, tree, log, started, stale_locks_under)
         if timed_out.is_set():
             log.write(f"rlhf_ext: stopped the run after its time limit of {timeout:.0f} s\n")
             raise subprocess.TimeoutExpired(list(cmd), timeout)
@@ -221,11 +225,18 @@ def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bo
         return rc
 
 
-def _stop(proc: subprocess.Popen, tree: ProcessTree) -> None:
-    """Stop the driver's process group, then every descendant it ever had (Ray's daemons and workers)."""
+def _stop(proc: subprocess.Popen, tree: ProcessTree, log=None, started: float = 0.0,
+          extensions: Optional[Path] = None) -> None:
+    """Stop the driver's process group, then every descendant it ever had (Ray's daemons and workers),
+    then remove the JIT-build locks a process killed mid-build left (they would hang the next run)."""
     tree.snapshot()
+    running = proc.poll() is None or bool(tree.alive())
     _kill_group(proc)
     tree.kill_all()
+    if running and started:
+        for lock in remove_stale_build_locks(started, extensions):
+            if log is not None:
+                log.write(f"rlhf_ext: removed the build lock {lock} left by a process of the stopped run\n")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -258,10 +269,14 @@ def weights_changed(before: Path, after: Path) -> Dict[str, float]:
     return {k: float((b[k].float() - a[k].to(b[k].dtype).float()).abs().max()) for k in common}
 
 
+TASK_NAME = "tiny_arith"  # the tiny task's name in evalkit's records and reports
+
+
 def evaluate(model: Path, data: Path, output: Path, *, n_samples: int, max_tokens: int, seed: int,
              timeout: float = 900) -> dict:
     """``evalkit`` on the tiny task's eval file (chat template, temperature 1); returns summary.json."""
-    cmd = [sys.executable, "-m", "rlhf_ext.evalkit", "gsm8k", "--model", str(model), "--data", str(data),
+    cmd = [sys.executable, "-m", "rlhf_ext.evalkit", "run", "--name", TASK_NAME, "--model", str(model),
+           "--data", str(data),
            "--template", "chat", "--n-samples", str(n_samples), "--temperature", "1.0", "--top-p", "1.0",
            "--max-tokens", str(max_tokens), "--seed", str(seed), "--output", str(output), "--no-progress"]
     subprocess.run(cmd, check=True, timeout=timeout, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
@@ -364,7 +379,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         subprocess.run([sys.executable, "-m", "rlhf_ext.evalkit", "compare", str(work / "eval_before"),
                         str(work / "eval_after")], check=False)
         print(f"before: {_accuracy_line(before)}\nafter:  {_accuracy_line(after)}")
+    _write_report(work)
     return 0
+
+
+def _write_report(work: Path) -> None:
+    """The comparison page of the run (rlhf-ext report), once the training has written a run record."""
+    from rlhf_ext.report import report_workdir
+
+    path, message = report_workdir(work)
+    print(f"report: {path} ({message})" if path else f"report: {message}", flush=True)
 
 
 def _accuracy_line(summary: dict) -> str:

@@ -9,7 +9,9 @@ first such line (after a short grace period, so the actor's own error lines arri
 
 Ray starts its processes (GCS, raylet, workers) as children of the driver, some in sessions of
 their own, so killing the driver's process group is not enough: :class:`ProcessTree` remembers
-every descendant it has seen while the run lived and kills them all at the end.
+every descendant it has seen while the run lived and kills them all at the end. A process killed
+while it JIT-built a C++ op leaves that build's lock behind, which would hang every later run on
+the machine: :func:`remove_stale_build_locks` clears what the stopped run left.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 DEATH_PATTERNS = (
@@ -133,6 +136,35 @@ class ProcessTree:
         return len(pids), len(left)
 
 
+def torch_extensions_root(env: Optional[Dict[str, str]] = None) -> Path:
+    """Where torch (and DeepSpeed through it) JIT-builds C++ ops for processes with environment ``env``
+    (``torch/utils/cpp_extension.py``)."""
+    env = os.environ if env is None else env
+    return Path(env.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+
+
+def remove_stale_build_locks(since: float, root: Optional[Path] = None) -> List[Path]:
+    """Delete JIT-build ``lock`` files created at or after ``since`` (a Unix time); returns them.
+
+    torch serialises builds of one op with a ``lock`` file that only its holder removes. A run
+    stopped while one of its processes was building (DeepSpeed builds its CPU ops on first use)
+    leaves that file behind, and every later run on the machine then waits for it forever
+    (``FileBaton.wait``). Call this only once every process of the run is dead: a lock it created
+    then has no holder left. (A build of some other job on the same machine that started during
+    the run would lose its lock too; runs of one machine are assumed not to overlap.)
+    """
+    root = torch_extensions_root() if root is None else root
+    removed = []
+    for lock in root.glob("*/*/lock"):
+        try:
+            if lock.stat().st_mtime >= since - 1:
+                lock.unlink()
+                removed.append(lock)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -140,4 +172,5 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-__all__ = ["DEATH_GRACE_S", "DEATH_PATTERNS", "DeathWatch", "ProcessTree", "failure_cause"]
+__all__ = ["DEATH_GRACE_S", "DEATH_PATTERNS", "DeathWatch", "ProcessTree", "failure_cause", "remove_stale_build_locks",
+           "torch_extensions_root"]

@@ -32,4 +32,31 @@ pip install -q -e ".[openrlhf,test]" torch==2.13.0
 # ("operator torchvision::nms does not exist"); nothing here needs them.
 step "removing torchvision/torchaudio/torchcodec"
 pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+# rlhf-ext report: plotly (the 'report' extra), and for its browser test Playwright driving the
+# system's Chromium (Debian's package; a browser downloaded at run time is not reachable).
+step "rlhf-ext report: plotly, Playwright, Chromium"
+pip install -q "plotly>=6" "playwright>=1.40"
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q || true  # a stale package list can name a version the mirror no longer has
+  $SUDO apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 chromium \
+    || echo "setup_env: could not install chromium (needs root); the report browser test will fail" >&2
+fi
+# DeepSpeed JIT-builds its CPU ops (shared-memory collectives, Adam) on first use, about a minute
+# each on 2 cores. Build them now, so that no training run (and no test) pays for it or can be
+# stopped in the middle of a build; they are cached in ~/.cache/torch_extensions.
+step "DeepSpeed CPU ops (built once, cached)"
+DS_ACCELERATOR=cpu "$VENV/bin/python" -c '
+from deepspeed.accelerator import get_accelerator
+for name in ("ShareMemCommBuilder", "FusedAdamBuilder"):
+    builder = get_accelerator().create_op_builder(name)
+    if builder is not None:
+        builder.load(verbose=False)
+' 2>&1 | grep -v -e "Setting accelerator to CPU" -e "^\[.*WARNING" || true
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
+# verl 0.9.1 lives in its own environment (.venv-verl): its pins clash with this one's.
+bash scripts/setup_verl_env.sh
+# MindSpeed-RL 2.1.0 lives in its own environment (.venv-mindspeed): it needs transformers 4.57.x.
+# Skip with RLHF_EXT_SKIP_MINDSPEED=1.
+if [ "${RLHF_EXT_SKIP_MINDSPEED:-0}" = "0" ]; then bash scripts/setup_mindspeed_env.sh; fi

@@ -6,6 +6,7 @@ The weight-sync rendezvous runs on a real torch TCP store; the supervisor runs r
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -16,6 +17,7 @@ import pytest
 from rlhf_ext.patches.retarget.rendezvous import (
     ENV_SYNC_TIMEOUT,
     WeightSyncRendezvousError,
+    ack_key,
     bounded_store,
     join_key,
     peers_checked_by,
@@ -110,7 +112,8 @@ def test_wait_for_ranks_checks_liveness_only_on_schedule():
     def check():
         checks.append(now[0])
         if len(checks) == 3:
-            store.set(join_key(1), "1")  # the engine finally joins
+            store.set(join_key(1), "1")  # the engine finally joins...
+            store.set(ack_key(1), "1")  # ...and sees the group complete
         return None
 
     def clock():
@@ -158,7 +161,11 @@ def test_failure_cause_keeps_each_error_once_root_cause_last():
 
 
 _ORPHAN_MAKER = r"""
-import os, subprocess, sys, time
+import os, pathlib, subprocess, sys, time
+# a JIT build in progress, as DeepSpeed's first use of a CPU op does: its lock exists until it ends
+lock = pathlib.Path(os.environ["TORCH_EXTENSIONS_DIR"], "py311_cpu", "deepspeed_shm_comm", "lock")
+lock.parent.mkdir(parents=True, exist_ok=True)
+lock.touch()
 # a grandchild in a session of its own, like Ray's daemons: killing our process group misses it
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
 print("(RolloutRayActor pid=%d) ValueError: cannot allocate the KV cache" % os.getpid(), flush=True)
@@ -171,14 +178,22 @@ def test_run_training_stops_at_a_dead_actor_and_kills_every_descendant(tmp_path)
     import psutil
 
     before = {p.pid for p in psutil.process_iter()}
+    extensions = tmp_path / "torch_extensions"
+    old_lock = extensions / "py311_cpu" / "fused_adam" / "lock"  # some earlier job's: not ours to remove
+    old_lock.parent.mkdir(parents=True)
+    old_lock.touch()
+    os.utime(old_lock, (time.time() - 3600, time.time() - 3600))
     t0 = time.monotonic()
     rc = run_training([sys.executable, "-c", _ORPHAN_MAKER], tmp_path / "t.log", timeout=300, echo=False,
-                      death_grace=1)
+                      death_grace=1, env={"TORCH_EXTENSIONS_DIR": str(extensions)})
     elapsed = time.monotonic() - t0
     assert rc != 0 and elapsed < 60
     text = (tmp_path / "t.log").read_text()
     assert "rlhf_ext: stopped the run: a process died" in text
     assert failure_cause(text)[-1] == "ValueError: cannot allocate the KV cache"
+    # the killed build's lock would hang every later run on the machine: gone; the older one stays
+    assert not (extensions / "py311_cpu" / "deepspeed_shm_comm" / "lock").exists()
+    assert "removed the build lock" in text and old_lock.exists()
     time.sleep(0.5)
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
                  and "time.sleep(600)" in " ".join(p.info["cmdline"] or [])]  # fmt: skip

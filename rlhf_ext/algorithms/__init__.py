@@ -32,6 +32,7 @@ from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import k1, k2, k3, kl_estimate
 from .dapo import overlong_penalty, zero_variance_groups
+from .preference import nll_loss, simpo_loss, simpo_objective
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -69,4 +70,7 @@ __all__ = [
     "kl_estimate",
     "zero_variance_groups",
     "overlong_penalty",
+    "simpo_loss",
+    "simpo_objective",
+    "nll_loss",
 ]

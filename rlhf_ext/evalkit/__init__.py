@@ -13,19 +13,20 @@ Python API::
 Importing this package is cheap: vLLM, Ray and the grader load only when a run starts.
 """
 
-from .metrics import (PairedDifference, bootstrap_ci, bootstrap_indices, majority_vote, paired_difference,
-                      pass_at_k, pass_k_values)
+from .metrics import (PairedDifference, bootstrap_ci, bootstrap_indices, cluster_answers, majority_vote,
+                      paired_difference, pass_at_k, pass_k_values)
 from .records import RunDirError, SampleLog
 from .report import compare_runs, render_compare_markdown, render_markdown, report, summarize
 from .runner import EvalInterrupted, RunOptions, problem_seed, run_eval
 from .tasks import SUITES, TASKS, DataError, Problem, Task, load_task
 from .templates import TEMPLATES, TemplateError, render_prompt
 from .tiny_model import build_tiny_model, build_tiny_tokenizer
+from .voting import AnswerEquivalence
 
 __all__ = [
     "RunOptions", "run_eval", "EvalInterrupted", "problem_seed",
     "report", "summarize", "render_markdown", "compare_runs", "render_compare_markdown",
-    "pass_at_k", "pass_k_values", "majority_vote", "bootstrap_ci", "bootstrap_indices", "paired_difference",
+    "pass_at_k", "pass_k_values", "majority_vote", "cluster_answers", "AnswerEquivalence", "bootstrap_ci", "bootstrap_indices", "paired_difference",
     "PairedDifference",
     "SampleLog", "RunDirError",
     "TASKS", "SUITES", "Task", "Problem", "load_task", "DataError",

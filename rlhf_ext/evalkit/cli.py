@@ -83,7 +83,12 @@ def _run_parser(name: str, help_text: str) -> argparse.ArgumentParser:
     return p
 
 
-def _options(suite: str, args: argparse.Namespace):
+def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[dict] = None):
+    """Run options from the flags (and, with --resume, the run's config.json).
+
+    ``custom``: the flags of a custom task (``evalkit run``); ``suite`` is then its name, or None
+    to take it from the resumed run.
+    """
     from .runner import RunOptions
 
     values = {k: getattr(args, k) for k in _RESUMABLE}
@@ -95,6 +100,17 @@ def _options(suite: str, args: argparse.Namespace):
         if not cfg_path.exists():
             raise RunDirError(f"--resume: {args.output} holds no run (no {records.CONFIG_FILE})")
         cfg = read_json(cfg_path)
+        if custom is not None:
+            stored_custom = cfg.get("custom_task")
+            if stored_custom is None:
+                raise RunDirError(f"--resume: {args.output} holds a built-in {cfg.get('suite')!r} run; resume it "
+                                  f"with 'evalkit {cfg.get('suite')} --resume --output {args.output}'")
+            if suite is None:
+                suite = stored_custom["name"]
+            for key in ("problem_key", "answer_key", "id_key"):
+                if custom.get(key) is None:
+                    custom[key] = stored_custom.get(key)
+            custom["name"] = suite
         if cfg.get("suite") != suite:
             raise RunDirError(f"--resume: {args.output} holds a {cfg.get('suite')!r} run, not {suite!r}")
         stored = {**cfg.get("generation", {}), **cfg.get("engine", {}), "n_samples": cfg.get("n_samples"),
@@ -103,27 +119,69 @@ def _options(suite: str, args: argparse.Namespace):
         for key in _RESUMABLE:
             if values[key] is None and stored.get(key) is not None:
                 values[key] = stored[key]
-        if not data:
+        if not data and custom is not None:
+            data = [d["source"] for d in cfg.get("datasets", {}).values()]
+        elif not data:
             data = [f"{t}={d['source']}" for t, d in cfg.get("datasets", {}).items()
                     if not str(d.get("source", "")).startswith("hub:")]
     if not values["model"]:
         raise ValueError("--model is required")
+    if custom is not None:
+        if suite is None:
+            raise ValueError("--name is required (the task's name in records, reports and comparisons)")
+        if len(data) != 1 or Path(data[0]).is_dir():
+            raise ValueError("evalkit run needs exactly one --data FILE.jsonl")
+        custom["name"] = suite
     for key, default in _DEFAULTS.items():
         if values[key] is None:
             values[key] = default
     return RunOptions(suite=suite, output=args.output, data=data, resume=args.resume, ray_address=args.ray_address,
                       trust_remote_code=args.trust_remote_code, grader_workers=args.grader_workers,
                       grade_timeout=args.grade_timeout, bootstrap_resamples=args.bootstrap_resamples,
-                      progress=not args.no_progress, **values)
+                      progress=not args.no_progress, custom_task=custom, **values)
 
 
-def cmd_run(suite: str, argv: Sequence[str]) -> int:
-    args = _run_parser(suite, f"Evaluate a model on {suite} with vLLM: sample, grade, summarize.").parse_args(argv)
+CUSTOM_EPILOG = """\
+examples:
+  evalkit run --model ckpt/step_200 --data my_problems.jsonl --name my_task --n-samples 8
+  evalkit run --model M --data train.jsonl --name train --problem-key prompt --answer-key label --template chat
+  evalkit run --resume --output evalkit_runs/step_200/my_task-1a2b3c4d5e
+
+Any JSONL with one problem and its gold answer per line is a task: the same records, metrics,
+resume and 'evalkit compare' as the built-in benchmarks, under the name given by --name. Without
+--problem-key/--answer-key/--id-key the usual fields are tried (problem/question, answer, id/
+unique_id/idx; no id field: the line number is the id).
+"""
+
+
+def _custom_parser() -> argparse.ArgumentParser:
+    p = _run_parser("run", "Evaluate a model on any JSONL of problems with gold answers.")
+    p.epilog = CUSTOM_EPILOG + "\n" + EPILOG.split("\n\n", 1)[1]
+    g = p.add_argument_group("custom task")
+    g.add_argument("--name", help="the task's name in records, reports and comparisons (required, except with "
+                                  "--resume)")
+    g.add_argument("--problem-key", help="field holding the problem text (default: problem, question or Problem)")
+    g.add_argument("--answer-key", help="field holding the gold answer (default: answer or Answer)")
+    g.add_argument("--id-key", help="field holding a unique problem id (default: id, unique_id, idx or ID; "
+                                    "else the line number)")
+    return p
+
+
+def cmd_run(suite: Optional[str], argv: Sequence[str]) -> int:
+    """``evalkit TASK ...`` (built-in) or, with ``suite=None``, ``evalkit run --data FILE --name NAME``."""
+    if suite is None:
+        args = _custom_parser().parse_args(argv)
+        custom = {"name": args.name, "problem_key": args.problem_key, "answer_key": args.answer_key,
+                  "id_key": args.id_key}
+        suite = args.name
+    else:
+        args = _run_parser(suite, f"Evaluate a model on {suite} with vLLM: sample, grade, summarize.").parse_args(argv)
+        custom = None
     if not args.verbose:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     from .runner import EvalInterrupted, run_eval
 
-    options = _options(suite, args)
+    options = _options(suite, args, custom)
     try:
         output, summary = run_eval(options, log=lambda m: print(m, file=sys.stderr, flush=True))
     except EvalInterrupted as exc:
@@ -187,12 +245,13 @@ def cmd_compare(argv: Sequence[str]) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ", ".join(list(SUITES) + ["list", "report", "compare"])
+    commands = ", ".join(list(SUITES) + ["run", "list", "report", "compare"])
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: evalkit {" + commands + "} [options]\n\n"
               "Math benchmark evaluation on vLLM with many samples per problem, honest statistics\n"
               "(bootstrap intervals over problems, paired comparisons), per-sample records and resume.\n\n"
               "  evalkit TASK --model PATH [options]   run (TASK: " + ", ".join(SUITES) + ")\n"
+              "  evalkit run --data FILE --name NAME   run on any JSONL of problems and answers\n"
               "  evalkit list                          tasks, sources, sizes, answer formats\n"
               "  evalkit report RUN_DIR                summary of a run\n"
               "  evalkit compare RUN_A RUN_B [...]     paired differences against RUN_A\n\n"
@@ -202,6 +261,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if command in SUITES:
             return cmd_run(command, rest)
+        if command == "run":
+            return cmd_run(None, rest)
         if command == "list":
             return cmd_list(rest)
         if command == "report":

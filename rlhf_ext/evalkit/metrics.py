@@ -11,7 +11,8 @@ Sources:
 * avg@n -- the DeepSeek-R1 report's "pass@1" (arXiv 2501.12948, section 3.1): mean accuracy over
   the n samples of each problem, which equals pass@1 of the estimator above.
 * maj@n (cons@n) -- self-consistency, Wang et al. 2022 (arXiv 2203.11171): vote over the
-  extracted final answers, then grade the winner.
+  final answers, equivalent answers counted together (their equivalence is the grader's, see
+  :mod:`.voting`), then grade the winner.
 * Percentile bootstrap -- Efron & Tibshirani 1993, "An Introduction to the Bootstrap", ch. 13;
   paired comparison by resampling problems, as in Dror et al. 2018 ("The Hitchhiker's Guide to
   Testing Statistical Significance in NLP", ACL).
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Hashable, Optional, Sequence
+from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -60,15 +61,43 @@ def pass_k_values(n: int) -> list[int]:
     return ks
 
 
-def majority_vote(answers: Sequence[Optional[Hashable]], correct: Sequence[bool]) -> float:
-    """maj@n score of one problem: vote over extracted answers, then grade the winner.
+def vote_order(counts: Mapping[Hashable, int]) -> List[Hashable]:
+    """Answers by decreasing vote count, ties in string order: independent of sample order."""
+    return sorted(counts, key=lambda a: (-counts[a], str(a)))
+
+
+def cluster_answers(counts: Mapping[Hashable, int], same: Callable[[Hashable, Hashable], bool]
+                    ) -> Dict[Hashable, Hashable]:
+    """Map each answer to the representative of its group of equivalent answers.
+
+    Answers are taken in :func:`vote_order`; each joins the first group whose representative (its
+    most-voted answer) it is ``same`` as, else starts a group. ``same(rep, answer)`` need not be
+    symmetric or transitive (math-verify's is neither, quite): the greedy order makes the grouping
+    deterministic, and the most-voted spelling of an answer decides what else counts as it.
+    """
+    reps: List[Hashable] = []
+    out: Dict[Hashable, Hashable] = {}
+    for answer in vote_order(counts):
+        rep = next((r for r in reps if same(r, answer)), None)
+        if rep is None:
+            reps.append(answer)
+            rep = answer
+        out[answer] = rep
+    return out
+
+
+def majority_vote(answers: Sequence[Optional[Hashable]], correct: Sequence[bool],
+                  same: Optional[Callable[[Hashable, Hashable], bool]] = None) -> float:
+    """maj@n score of one problem: vote over the final answers, then grade the winner.
 
     Rules (each chosen so the score does not depend on sample order):
 
     * a sample whose answer could not be extracted (``None``) abstains;
     * if nobody voted, the score is 0;
+    * with ``same`` (an equivalence of answers, e.g. :meth:`.voting.AnswerEquivalence.for_problem`),
+      equivalent answers pool their votes (:func:`cluster_answers`); without it, equal keys do;
     * the winner's grade is the mean of its voters' ``correct`` flags (all equal when grading is
-      deterministic, which it is for identical answer strings);
+      deterministic and the answers are identical);
     * a tie between several top answers splits the credit equally: the score is the mean grade of
       the tied answers, i.e. the expected score of breaking the tie uniformly at random.
     """
@@ -77,6 +106,10 @@ def majority_vote(answers: Sequence[Optional[Hashable]], correct: Sequence[bool]
     votes = Counter(a for a in answers if a is not None)
     if not votes:
         return 0.0
+    if same is not None and len(votes) > 1:
+        group = cluster_answers(votes, same)
+        answers = [None if a is None else group[a] for a in answers]
+        votes = Counter(a for a in answers if a is not None)
     top = max(votes.values())
     winners = [a for a, count in votes.items() if count == top]
     grade = {}

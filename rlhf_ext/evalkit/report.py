@@ -14,10 +14,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from . import records
+from . import records, voting
 from .metrics import (bootstrap_ci, bootstrap_indices, majority_vote, paired_difference, pass_at_k,
                       pass_k_values, percentile)
 from .records import RunDirError, SampleLog, read_json
+from .voting import AnswerEquivalence
 
 
 @dataclass
@@ -43,16 +44,25 @@ def _group(records_: Sequence[dict], config: dict) -> dict:
     return grouped
 
 
-def problem_scores(task: str, ids: Sequence[str], by_problem: dict) -> ProblemScores:
+def problem_scores(task: str, ids: Sequence[str], by_problem: dict,
+                   equivalence: Optional[AnswerEquivalence] = None) -> ProblemScores:
+    """Per-problem counts and maj@n; ``equivalence`` decides which answers vote together (None: a
+    fresh :class:`~.voting.AnswerEquivalence` on the default grader)."""
+    equivalence = equivalence if equivalence is not None else AnswerEquivalence()
     scores = ProblemScores(task=task, ids=[], n=[], correct=[], maj=[])
+    problems = []
     for pid in ids:
         recs = sorted(by_problem.get(pid, []), key=lambda r: int(r["sample_index"]))
-        if not recs:
-            continue
+        if recs:
+            problems.append((pid, recs, *voting.problem_answers(recs)))
+    # every comparison of the task in one parallel batch, then the votes
+    equivalence.prepare(pair for _, _, keys, counts in problems for pair in equivalence.pairs_for(keys, counts))
+    for pid, recs, keys, counts in problems:
         scores.ids.append(pid)
         scores.n.append(len(recs))
         scores.correct.append(sum(bool(r["correct"]) for r in recs))
-        scores.maj.append(majority_vote([r.get("extracted") for r in recs], [bool(r["correct"]) for r in recs]))
+        scores.maj.append(majority_vote([r.get("extracted") for r in recs], [bool(r["correct"]) for r in recs],
+                                        same=equivalence.for_problem(keys, counts)))
     return scores
 
 
@@ -94,8 +104,13 @@ def _task_summary(scores: ProblemScores, recs: list[dict], expected_problems: in
     return out
 
 
-def summarize(records_: Sequence[dict], config: dict) -> dict:
-    """The summary of a run (``summary.json``); pure function of its records and config."""
+def summarize(records_: Sequence[dict], config: dict, equivalence: Optional[AnswerEquivalence] = None) -> dict:
+    """The summary of a run (``summary.json``); a function of its records and config alone.
+
+    ``equivalence``: how maj@n decides that two answers are the same (default: the grader's
+    equivalence on the process-wide default grader; see :mod:`.voting`).
+    """
+    equivalence = equivalence if equivalence is not None else AnswerEquivalence()
     n_samples = int(config["n_samples"])
     stats = config.get("statistics", {})
     resamples = int(stats.get("bootstrap_resamples", 2000))
@@ -105,7 +120,7 @@ def summarize(records_: Sequence[dict], config: dict) -> dict:
     all_scores, all_recs, all_expected = [], [], 0
     for task in config["tasks"]:
         ids = list(config["datasets"][task]["problem_ids"])
-        scores = problem_scores(task, ids, grouped[task])
+        scores = problem_scores(task, ids, grouped[task], equivalence)
         recs = [r for pid in ids for r in grouped[task].get(pid, [])]
         tasks[task] = _task_summary(scores, recs, len(ids), n_samples, resamples, seed)
         all_scores.append(scores)
@@ -184,7 +199,8 @@ def render_markdown(summary: dict) -> str:
     if notes:
         lines += ["Notes:", *notes, ""]
     lines.append(f"avg@{n} is the mean accuracy over samples (DeepSeek-R1's pass@1); pass@k is the unbiased "
-                 f"estimator of Chen et al. 2021; maj@{n} grades the majority answer (ties split the credit).")
+                 f"estimator of Chen et al. 2021; maj@{n} grades the majority answer, equivalent answers voting "
+                 "together (ties split the credit).")
     return "\n".join(lines) + "\n"
 
 
@@ -199,12 +215,13 @@ def load_run(run_dir) -> tuple[dict, list[dict]]:
     return config, SampleLog(run_dir / records.SAMPLES_FILE).read()
 
 
-def report(run_dir) -> dict:
+def report(run_dir, equivalence: Optional[AnswerEquivalence] = None) -> dict:
     config, recs = load_run(run_dir)
-    return summarize(recs, config)
+    return summarize(recs, config, equivalence)
 
 
-def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0) -> dict:
+def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0,
+                 equivalence: Optional[AnswerEquivalence] = None) -> dict:
     """Each run against the first (the baseline), per task: paired bootstrap of avg@n and maj@n.
 
     Problems are paired by id; only problems with samples in both runs count. Runs that used
@@ -214,6 +231,7 @@ def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0) ->
     if len(run_dirs) < 2:
         raise ValueError("compare needs at least two run directories")
     loaded = [(str(d), *load_run(d)) for d in run_dirs]
+    equivalence = equivalence if equivalence is not None else AnswerEquivalence()
     base_name, base_cfg, base_recs = loaded[0]
     base_grouped = _group(base_recs, base_cfg)
     out = {"baseline": base_name, "confidence": 0.95, "bootstrap_resamples": resamples, "comparisons": []}
@@ -232,8 +250,8 @@ def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0) ->
                 raise RunDirError(f"{task}: {base_name} and {name} used different copies of the dataset "
                                   f"({sha_a[:12]} vs {sha_b[:12]}); their problems cannot be paired")
             ids = [i for i in base_cfg["datasets"][task]["problem_ids"] if i in set(cfg["datasets"][task]["problem_ids"])]
-            a = problem_scores(task, ids, base_grouped[task])
-            b = problem_scores(task, ids, grouped[task])
+            a = problem_scores(task, ids, base_grouped[task], equivalence)
+            b = problem_scores(task, ids, grouped[task], equivalence)
             common = [i for i in a.ids if i in set(b.ids)]
             if not common:
                 comparison["tasks"][task] = {"problems": 0}

@@ -22,7 +22,8 @@ from . import records
 from .generation import (EngineSettings, Generation, RayDataParallel, SampleRequest, SamplingSettings,
                          engine_max_model_len, make_llm, platform_name, stream_generate)
 from .records import RunDirError, SampleLog, generation_mismatch, read_json, write_json_atomic
-from .tasks import Problem, TaskData, load_task, resolve_data_paths, suite_tasks
+from .tasks import (DataError, Problem, Task, TaskData, custom_task, load_task, resolve_data_paths,
+                    suite_tasks)
 from .templates import DEFAULT_TEMPLATE, TEMPLATES, render_prompt
 
 FORMAT_VERSION = 1
@@ -62,9 +63,25 @@ class RunOptions:
     grade_timeout: float = 5.0
     bootstrap_resamples: int = 2000
     progress: bool = True
+    # A task over any JSONL (``evalkit run``): {"name", "problem_key", "answer_key", "id_key"}; its
+    # name is the suite, and ``data`` holds exactly its one file.
+    custom_task: Optional[dict] = None
+
+    def task_definition(self) -> Optional[Task]:
+        if self.custom_task is None:
+            return None
+        spec = dict(self.custom_task)
+        if spec.get("name") != self.suite:
+            raise ValueError(f"custom task {spec.get('name')!r} must be run under its own name, not {self.suite!r}")
+        return custom_task(**spec)
 
     def validate(self) -> None:
-        suite_tasks(self.suite)
+        if self.custom_task is not None:
+            self.task_definition()
+            if len(self.data) != 1:
+                raise ValueError(f"custom task {self.suite!r} needs exactly one --data FILE, got {len(self.data)}")
+        else:
+            suite_tasks(self.suite)
         checks = [
             (self.n_samples >= 1, f"--n-samples must be >= 1, got {self.n_samples}"),
             (self.temperature >= 0, f"--temperature must be >= 0, got {self.temperature}"),
@@ -159,9 +176,16 @@ def _load_tokenizer(options: RunOptions):
 def prepare(options: RunOptions) -> PreparedRun:
     """Load data and work out the run directory and its generation parameters; no engine yet."""
     options.validate()
-    tasks = suite_tasks(options.suite)
-    paths = resolve_data_paths(tasks, list(options.data)) if options.data else {}
-    task_data = [load_task(t, paths.get(t), limit=options.limit) for t in tasks]
+    custom = options.task_definition()
+    if custom is not None:
+        path = Path(options.data[0])
+        if not path.is_file():
+            raise DataError(f"--data {path}: no such file")
+        task_data = [load_task(custom.name, path.resolve(), limit=options.limit, task=custom)]
+    else:
+        tasks = suite_tasks(options.suite)
+        paths = resolve_data_paths(tasks, list(options.data)) if options.data else {}
+        task_data = [load_task(t, paths.get(t), limit=options.limit) for t in tasks]
     # A local checkpoint is identified by its absolute path, so reruns from another directory match.
     model = str(Path(options.model).resolve()) if Path(options.model).is_dir() else options.model
     generation = {
@@ -175,6 +199,9 @@ def prepare(options: RunOptions) -> PreparedRun:
         "seed": options.seed,
         "datasets": {td.task: td.sha256 for td in task_data},
     }
+    if custom is not None:
+        # Which fields were read is part of what a sample means: another key is another task.
+        generation["custom_task"] = dict(options.custom_task)
     output = Path(options.output) if options.output else default_output_dir(options, generation)
     return PreparedRun(options=options, tasks=task_data, generation=generation, output=output)
 
@@ -223,6 +250,7 @@ def _config(run: PreparedRun, status: str, started: float, devices: Optional[dic
         "format_version": FORMAT_VERSION,
         "tool": "rlhf_ext.evalkit",
         "suite": o.suite,
+        "custom_task": o.custom_task,
         "tasks": [td.task for td in run.tasks],
         "status": status,
         "generation": run.generation,
@@ -378,6 +406,7 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
     both, to time evalkit and bare ``LLM.generate`` on one engine.
     """
     from .report import render_markdown, summarize
+    from .voting import AnswerEquivalence
 
     o = run.options
     sample_log = SampleLog(run.output / records.SAMPLES_FILE)
@@ -417,7 +446,14 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
             write_json_atomic(run.output / records.CONFIG_FILE, _config(run, status, started, devices, timing))
     all_records = SampleLog(run.output / records.SAMPLES_FILE).read()
     config = read_json(run.output / records.CONFIG_FILE)
-    summary = summarize(all_records, config)
+    # maj@n groups equivalent answers with the grader's own test, under the run's grading settings
+    if grader is not None:
+        summary = summarize(all_records, config, AnswerEquivalence(grader))
+    else:
+        from rlhf_ext.rewards import MathGrader
+
+        with MathGrader(timeout=o.grade_timeout, workers=o.grader_workers) as summary_grader:
+            summary = summarize(all_records, config, AnswerEquivalence(summary_grader))
     write_json_atomic(run.output / records.SUMMARY_JSON, summary)
     records.write_text_atomic(run.output / records.SUMMARY_MD, render_markdown(summary))
     return summary
@@ -448,7 +484,7 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
             if block or fut.done():
                 ready.append(_record(gen, problems[(gen.task, gen.problem_id)],
                                      run.prompts[(gen.task, gen.problem_id)],
-                                     seeds[(gen.task, gen.problem_id, gen.sample_index)], fut.result()))
+                                     seeds[(gen.task, gen.problem_id, gen.sample_index)], grader.wait(fut)))
             else:
                 keep.append((gen, fut))
         inflight[:] = keep

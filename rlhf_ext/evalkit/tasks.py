@@ -70,6 +70,7 @@ class Task:
     answer_fields: tuple[str, ...] = ("answer", "Answer")
     id_fields: tuple[str, ...] = ("id", "unique_id", "idx", "ID")
     gold: Callable[[object], str] = field(default=_plain)
+    require_id: bool = False  # an explicit --id-key: a row without it is an error, not "use the position"
 
 
 TASKS: dict[str, Task] = {t.name: t for t in (
@@ -125,6 +126,8 @@ def rows_to_problems(task: Task, rows: Sequence[dict], origin: str) -> tuple[Pro
         if answer is None:
             raise DataError(f"{where}: no answer (expected one of the fields {', '.join(task.answer_fields)})")
         raw_id = next((row[f] for f in task.id_fields if row.get(f) not in (None, "")), None)
+        if raw_id is None and task.require_id:
+            raise DataError(f"{where}: no id (expected the field {task.id_fields[0]!r})")
         pid = str(raw_id) if raw_id is not None else str(i)
         if pid in seen:
             raise DataError(f"{where}: duplicate problem id {pid!r} (also row {seen[pid] + 1}); "
@@ -195,13 +198,20 @@ def _existing_file(path: Path, arg: str) -> Path:
     return path.resolve()
 
 
-def load_task(name: str, data_path: Optional[Path] = None, *, limit: Optional[int] = None) -> TaskData:
-    """Load one task from ``data_path`` or, without one, from the Hugging Face Hub."""
-    if name not in TASKS:
-        raise DataError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+def load_task(name: str, data_path: Optional[Path] = None, *, limit: Optional[int] = None,
+              task: Optional[Task] = None) -> TaskData:
+    """Load one task from ``data_path`` or, without one, from the Hugging Face Hub.
+
+    ``task``: a task built by :func:`custom_task` instead of a registered one (needs ``data_path``).
+    """
+    if task is None:
+        if name not in TASKS:
+            raise DataError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+        task = TASKS[name]
+    elif data_path is None:
+        raise DataError(f"task {task.name!r} is not a built-in benchmark: it needs a --data FILE")
     if limit is not None and limit < 1:
         raise DataError(f"--limit must be >= 1, got {limit}")
-    task = TASKS[name]
     if data_path is not None:
         rows = read_jsonl(Path(data_path))
         source = os.fspath(Path(data_path).resolve())
@@ -212,6 +222,34 @@ def load_task(name: str, data_path: Optional[Path] = None, *, limit: Optional[in
     if limit is not None:
         problems = problems[:limit]
     return TaskData(task=name, problems=problems, source=source, sha256=sha)
+
+
+_CUSTOM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def custom_task(name: str, problem_key: Optional[str] = None, answer_key: Optional[str] = None,
+                id_key: Optional[str] = None) -> Task:
+    """A task over any JSONL of problems with gold answers (``evalkit run --data FILE --name NAME``).
+
+    Without explicit keys the fields the built-in tasks accept are tried (``problem`` / ``question``,
+    ``answer``, ``id`` / ``unique_id``...); without an id field a row's position is its id. Gold
+    answers are read as the AMC loader reads them (an integral float ``27.0`` is ``27``).
+    """
+    if not isinstance(name, str) or not _CUSTOM_NAME.fullmatch(name):
+        raise DataError(f"--name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit")
+    if name in SUITES:
+        raise DataError(f"--name {name!r} is a built-in task; run 'evalkit {name} --data FILE' for it, or choose "
+                        "another name for a custom task")
+    for flag, key in (("--problem-key", problem_key), ("--answer-key", answer_key), ("--id-key", id_key)):
+        if key is not None and not key.strip():
+            raise DataError(f"{flag} must be a non-empty field name")
+    defaults = Task(name, "", "", "", None, 0, "", ())
+    return Task(name=name, title=f"custom task {name}", hub_id="", hub_split="", hub_config=None, size=0,
+                answer_format="as in the file", local_names=(),
+                text_fields=(problem_key,) if problem_key else defaults.text_fields,
+                answer_fields=(answer_key,) if answer_key else defaults.answer_fields,
+                id_fields=(id_key,) if id_key else defaults.id_fields,
+                gold=_number_gold, require_id=id_key is not None)
 
 
 def _hub_reachable(timeout: float = 5.0) -> bool:

@@ -1,4 +1,7 @@
-"""Framework glue: the OpenRLHF plugin (start-up hook, command-line flags, patched seams).
+"""Framework glue: the ``rlhf_ext`` plugin for OpenRLHF and MindSpeed-RL (start-up hook, flags, patched seams).
+
+MindSpeed-RL's glue is :mod:`rlhf_ext.patches.mindspeed_rl` (``--plugin rlhf_ext`` on its
+``cli/train_*.py``, see docs/mindspeed_rl.md); the rest of this docstring is about OpenRLHF.
 
 Users add ``--plugin rlhf_ext`` to an OpenRLHF command line (or set ``RLHF_EXT_PLUGINS=rlhf_ext``);
 the start-up hook installed with the package activates the plugin in the driver and, through the
@@ -8,8 +11,11 @@ point, in every process the run starts. Code can do the same explicitly::
     from rlhf_ext.patches import activate
     activate(["rlhf_ext"])
 
+verl needs none of this: it loads :mod:`rlhf_ext.patches.verl` through its own ``verl.plugins``
+entry point (docs/verl.md).
+
 Framework-free math stays in :mod:`rlhf_ext.algorithms` and :mod:`rlhf_ext.rewards`; only this
-package knows OpenRLHF's internals (see docs/openrlhf_plugin.md). Importing it is cheap: nothing
+package knows OpenRLHF's and verl's internals (see docs/openrlhf_plugin.md). Importing it is cheap: nothing
 here imports torch, OpenRLHF or Ray until a patched module is imported.
 """
 
@@ -31,9 +37,10 @@ def deactivate() -> None:
     """Undo the ``rlhf_ext`` plugin in this process and forget all activations (for tests only)."""
     import os
 
-    from . import openrlhf, plugin
+    from . import mindspeed_rl, openrlhf, plugin
 
     openrlhf.deactivate()
+    mindspeed_rl.deactivate()
     plugin._forget_for_tests()
     os.environ.pop(ENV_VAR, None)
 

@@ -26,7 +26,7 @@ QUIET_ENV_VAR = "RLHF_EXT_QUIET"
 ENTRY_POINT_GROUP = "rlhf_ext.plugins"
 
 # name -> "module:function" (imported on activation) or a callable.
-_registry: Dict[str, object] = {"rlhf_ext": "rlhf_ext.patches.openrlhf:activate"}
+_registry: Dict[str, object] = {"rlhf_ext": "rlhf_ext.patches.plugin:activate_rlhf_ext"}
 _active: Dict[str, str] = {}  # name -> role it was activated with
 _lock = threading.RLock()
 
@@ -106,10 +106,10 @@ def check_names(names: Iterable[str]) -> None:
 
 def detect_role() -> str:
     """What this process is, for the activation log line and the driver-only patches."""
-    from .startup import program_is_openrlhf_cli
+    from .startup import host_cli
 
     orig = list(getattr(sys, "orig_argv", []) or [])
-    if program_is_openrlhf_cli():
+    if host_cli() is not None:
         return "driver"
     argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if argv0 == "default_worker.py" or any(a.endswith("/ray/_private/workers/default_worker.py") for a in orig):
@@ -153,6 +153,36 @@ def activate(names: Optional[Iterable[str]] = None, *, role: Optional[str] = Non
     if newly:
         _log(f"rlhf_ext: activated plugin(s) {','.join(newly)} (pid={os.getpid()}, ppid={os.getppid()}, role={role})")
     return newly
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def activate_rlhf_ext(role: str) -> None:
+    """The ``rlhf_ext`` plugin: the glue of each framework this process can run.
+
+    A driver activates the framework whose command line it runs (OpenRLHF or MindSpeed-RL). Other
+    processes (Ray workers, vLLM workers, ...) activate the OpenRLHF glue and, where
+    ``mindspeed_rl`` is importable, the MindSpeed-RL glue; each only waits for its own modules to
+    be imported, so the unused one costs nothing.
+    """
+    from .startup import host_cli
+
+    host = host_cli() if role == "driver" else None
+    if host != "mindspeed_rl" and (host == "openrlhf" or _importable("openrlhf") or not _importable("mindspeed_rl")):
+        from . import openrlhf
+
+        openrlhf.activate(role)
+    if host != "openrlhf" and _importable("mindspeed_rl"):
+        from . import mindspeed_rl
+
+        mindspeed_rl.activate(role)
 
 
 def active_plugins() -> Dict[str, str]:

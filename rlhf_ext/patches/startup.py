@@ -5,7 +5,8 @@ in site-packages) only when the command line mentions ``--plugin`` or the variab
 unrelated Python processes never import this module.
 
 ``--plugin`` is honoured only on OpenRLHF command lines (``python -m openrlhf.cli.*`` or a script
-under ``openrlhf/cli/``): other programs may have a ``--plugin`` option of their own, and their
+under ``openrlhf/cli/``) and MindSpeed-RL's (``python cli/train_{grpo,dapo,ppo}.py`` of a
+MindSpeed-RL checkout, whose Hydra parser would reject the flag): other programs may have a ``--plugin`` option of their own, and their
 arguments are left alone. The flags are removed from ``sys.argv`` in place before the program's
 own parser runs, so OpenRLHF's strict parser never sees them.
 """
@@ -36,6 +37,28 @@ def program_is_openrlhf_cli(argv: Optional[List[str]] = None, orig_argv: Optiona
             return True
     first = argv[0] if argv else ""
     return first.endswith(".py") and "openrlhf/cli/" in first.replace(os.sep, "/")
+
+
+MINDSPEED_RL_SCRIPTS = ("train_grpo.py", "train_dapo.py", "train_ppo.py")
+
+
+def program_is_mindspeed_rl_cli(argv: Optional[List[str]] = None) -> bool:
+    """Whether this interpreter runs MindSpeed-RL's ``cli/train_{grpo,dapo,ppo}.py`` (a checkout's script)."""
+    argv = sys.argv if argv is None else argv
+    first = argv[0] if argv else ""
+    if os.path.basename(first) not in MINDSPEED_RL_SCRIPTS:
+        return False
+    cli_dir = os.path.dirname(os.path.abspath(first))
+    return os.path.basename(cli_dir) == "cli" and os.path.isdir(os.path.join(os.path.dirname(cli_dir), "mindspeed_rl"))
+
+
+def host_cli() -> Optional[str]:
+    """``"openrlhf"``, ``"mindspeed_rl"`` or None: the framework whose command line this process runs."""
+    if program_is_openrlhf_cli():
+        return "openrlhf"
+    if program_is_mindspeed_rl_cli():
+        return "mindspeed_rl"
+    return None
 
 
 def extract_plugin_flags(argv: List[str]) -> Tuple[List[str], List[str]]:
@@ -83,7 +106,7 @@ def run() -> None:
     from . import plugin
 
     names: List[str] = []
-    if program_is_openrlhf_cli():
+    if host_cli() is not None:
         try:
             flag_names, rest = extract_plugin_flags(sys.argv[1:])
         except PluginFlagError as exc:
@@ -96,10 +119,12 @@ def run() -> None:
     if not names:
         return
     from ..npu import BackendUnavailableError
+    from .mindspeed_rl.compat import MindSpeedRLCompatibilityError
     from .openrlhf.compat import OpenRLHFCompatibilityError
     from .retarget import RetargetError
 
     try:
         plugin.activate(names)
-    except (plugin.UnknownPluginError, OpenRLHFCompatibilityError, BackendUnavailableError, RetargetError) as exc:
+    except (plugin.UnknownPluginError, OpenRLHFCompatibilityError, MindSpeedRLCompatibilityError,
+            BackendUnavailableError, RetargetError) as exc:
         _fail(str(exc))

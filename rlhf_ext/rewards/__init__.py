@@ -19,13 +19,15 @@ Rewards, by name or as a weighted combination::
 
 OpenRLHF: ``--reward.remote_url "$(python -m rlhf_ext.rewards.path)"`` (configured by the
 ``RLHF_EXT_REWARD*`` variables, see :mod:`.config`), or ``rlhf-ext reward-server`` for remote
-rollout actors. Third-party rewards register with ``@register_reward`` or the ``rlhf_ext.rewards``
+rollout actors. verl: ``reward.custom_reward_function.path=$(python -m rlhf_ext.rewards.path --verl)``
+with ``name=compute_score`` (:mod:`.verl_reward`, docs/verl.md). Third-party rewards register with ``@register_reward`` or the ``rlhf_ext.rewards``
 entry point group. docs/rewards.md has the details.
 
 Importing this package does not import torch or start any process.
 """
 
-from .extraction import AnswerCandidate, extract_answer, find_answer_candidate, normalize_answer, prepare_gold
+from .extraction import (AnswerCandidate, extract_answer, find_answer_candidate, latex_for_math_verify, normalize_answer,
+                         prepare_gold)
 from .grader import GradeResult, MathGrader, default_grader, default_workers
 from .registry import (
     ENTRY_POINT_GROUP,
@@ -55,7 +57,7 @@ from .openrlhf_protocol import RewardScorer, recover_response
 def __getattr__(name):
     # Loaded on first use, so that `python -m rlhf_ext.rewards.path` runs without runpy's
     # "found in sys.modules" warning.
-    if name in ("reward_file_path", "resolve_remote_url"):
+    if name in ("reward_file_path", "verl_reward_file_path", "resolve_remote_url"):
         from . import path
 
         return getattr(path, name)
@@ -70,6 +72,7 @@ __all__ = [
     "extract_answer",
     "find_answer_candidate",
     "normalize_answer",
+    "latex_for_math_verify",
     "prepare_gold",
     "AnswerCandidate",
     "ENTRY_POINT_GROUP",
@@ -97,5 +100,6 @@ __all__ = [
     "RewardScorer",
     "recover_response",
     "reward_file_path",
+    "verl_reward_file_path",
     "resolve_remote_url",
 ]

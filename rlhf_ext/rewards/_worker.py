@@ -1,7 +1,7 @@
 """The grader's worker process: reads samples from a pipe, grades them with math-verify, writes verdicts.
 
 Started by :class:`~rlhf_ext.rewards.grader.MathGrader` as
-``python -c "from rlhf_ext.rewards._worker import main; main()" REQ_FD RES_FD PARENT_PID MEMORY_MB``
+``python -c "from rlhf_ext.rewards._worker import main; main()" REQ_FD RES_FD PARENT_PID MEMORY_MB [--test-slow-parse]``
 (a fresh interpreter, not a fork: the parent may be a Ray actor or hold threads, and
 multiprocessing's spawn/forkserver would re-import the parent's ``__main__``, e.g. all of OpenRLHF,
 in every worker).
@@ -12,12 +12,17 @@ Messages are length-prefixed JSON (``multiprocessing.connection.Connection`` fra
              ``[task_id, correct, extracted, gold_parsed, error]`` per sample.
 The parent kills the worker when a sample overruns its time limit; this process only has to exit
 when the parent goes away (pipe EOF, PR_SET_PDEATHSIG, or a watchdog thread as a last resort).
+
+``--test-slow-parse`` (``MathGrader(test_slow_parse=True)``, tests only): a response containing
+``<<slow:SECONDS>>`` sleeps that long after its gold is parsed, where its answer would be parsed,
+standing in for a slow or hostile answer.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -25,6 +30,7 @@ import time
 from collections import OrderedDict
 from multiprocessing.connection import Connection
 
+SLOW_PARSE_MARK = re.compile(r"<<slow:(\d+(?:\.\d+)?)>>")
 GOLD_CACHE_SIZE = 4096
 VERDICT_CACHE_SIZE = 65536
 
@@ -83,7 +89,14 @@ def _limit_memory(memory_mb: int) -> None:
         pass
 
 
-def serve(requests: Connection, replies: Connection) -> None:
+def slow_parse(response: str) -> None:
+    """The test hook: ``<<slow:S>>`` in a response costs S seconds where parsing its answer would."""
+    mark = SLOW_PARSE_MARK.search(response)
+    if mark:
+        time.sleep(float(mark.group(1)))
+
+
+def serve(requests: Connection, replies: Connection, test_slow_parse: bool = False) -> None:
     """Grade samples until the request pipe closes."""
     import logging
 
@@ -94,6 +107,12 @@ def serve(requests: Connection, replies: Connection) -> None:
 
     gold_cache = _LRU(GOLD_CACHE_SIZE)
     verdict_cache = _LRU(VERDICT_CACHE_SIZE)
+    # The first parse imports much of sympy lazily (about a second): pay that before "ready", not
+    # out of the first sample's time limit (a replacement worker's first sample would overrun).
+    try:
+        grade_response("\\boxed{\\frac{1}{2}}", "0.5", None)
+    except Exception:
+        pass
     replies.send_bytes(json.dumps(["ready", os.getpid()]).encode())
     while True:
         try:
@@ -106,7 +125,7 @@ def serve(requests: Connection, replies: Connection) -> None:
 
         try:
             out = grade_response(response, gold_text, gold_cache, on_gold_parsed=gold_done,
-                                 verdict_cache=verdict_cache)
+                                 verdict_cache=verdict_cache, before_answer=slow_parse if test_slow_parse else None)
             reply = [task_id, out["correct"], out["extracted"], out["gold_parsed"], None]
         except MemoryError:
             reply = [task_id, False, None, False, "MemoryError: the sample exceeded the worker's memory limit"]
@@ -131,4 +150,4 @@ def main(argv=None) -> None:
     import math_verify  # noqa: F401  -- imported before the memory limit: it maps large shared libraries
 
     _limit_memory(memory_mb)
-    serve(requests, replies)
+    serve(requests, replies, test_slow_parse="--test-slow-parse" in argv[4:])

@@ -7,12 +7,21 @@ model output in any thread. The grader hands the *raw* candidate found here to m
 
 Where the final answer is looked for, first hit wins:
 
-1. the last complete ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``), braces matched so that
-   ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``;
-2. the last ``<answer>...</answer>`` block (Open-R1's format); a "the answer is" phrase inside it
-   is honoured, otherwise the whole block is the answer;
+1. the last ``<answer>...</answer>`` block (Open-R1's format), when it states an answer: the last
+   non-empty box inside it, else a "the answer is" phrase inside it, else the whole block. A box
+   written while thinking (``<think>try \\boxed{3}</think><answer>5</answer>``) does not
+   override the answer the format asks for;
+2. the last complete, non-empty ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``), braces
+   matched so that ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``; an empty ``\\boxed{}`` after
+   it does not hide it, and a bare ``\\boxed 5.`` loses the sentence's punctuation;
 3. whichever comes last of a "the answer is X" / "final answer: X" / "Answer: X" phrase and
    GSM8K's ``#### X`` line.
+
+:func:`latex_for_math_verify` rewrites an answer (or gold) before math-verify parses it, for the
+spellings math-verify reads wrongly: digit groups separated by LaTeX spacing (``1\\,000``,
+``1{,}000``, ``1~000``) are joined (math-verify reads ``1\\,000`` as a product), and unbraced
+operator arguments get their braces the way TeX reads them (``\\frac12`` -> ``\\frac{1}{2}``,
+``2\\sqrt3`` -> ``2\\sqrt{3}``).
 
 Golds (:func:`prepare_gold`) may be GSM8K solutions (``... #### 18``), full MATH solutions with a
 ``\\boxed{}``, bare answers (``\\frac{1}{2}``, ``"025"``), or numbers from JSON (``27.0``).
@@ -23,6 +32,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Dict, List, Optional
 
@@ -34,7 +44,10 @@ MAX_ANSWER_CHARS = 2000
 _BRACE_TOKEN = re.compile(r"\\[{}\\]|[{}]")
 _BOXED_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BOXED_BARE = re.compile(r"\\boxed[ \t]+([^\s${}\\]+)")
+# Sentence punctuation that follows a bare "\boxed 5" is not part of the answer.
+_BARE_TRAILING = ".,;:!?"
 _ANSWER_PHRASE = re.compile(r"(?i)\b(?:final\s+answer|answer)\s*(?:is\b\s*:?|:)[ \t]*")
+_EMPTY_BOX = re.compile(r"\$*\s*\\(?:boxed|fbox)\s*\{\s*\}\s*\$*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)")
 _NUMBER_THEN_WORDS = re.compile(r"^([+-]?(?:\d[\d,]*)?\.?\d+)(?:\s+[A-Za-z][A-Za-z.]*)+$")
 
@@ -61,10 +74,24 @@ def _matching_braces(text: str) -> Dict[int, int]:
     return pairs
 
 
-def find_last_boxed(text: str) -> Optional[str]:
-    """Content of the last complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed X`` in ``text``, or None.
+def _bare_boxed_content(token: str) -> str:
+    """``\\boxed 5.`` -> ``5``: the sentence's punctuation, and a closing bracket that opens nowhere
+    in the token (``(\\boxed 5)``), are not part of the answer."""
+    while token:
+        if token[-1] in _BARE_TRAILING:
+            token = token[:-1]
+        elif token[-1] in ")]" and token.count(token[-1]) > token.count("(" if token[-1] == ")" else "["):
+            token = token[:-1]
+        else:
+            break
+    return token
 
-    An unclosed ``\\boxed{`` (a truncated answer) is skipped in favour of an earlier complete one.
+
+def find_last_boxed(text: str) -> Optional[str]:
+    """Content of the last complete, non-empty ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed X``, or None.
+
+    An unclosed ``\\boxed{`` (a truncated answer) and an empty ``\\boxed{}`` are skipped in favour
+    of an earlier complete one.
     """
     if "\\boxed" not in text and "\\fbox" not in text:
         return None
@@ -76,11 +103,13 @@ def find_last_boxed(text: str) -> Optional[str]:
         close = pairs.get(m.end() - 1)
         if close is not None and m.start() > best_pos:
             content = text[m.end() : close]
-            if len(content) <= MAX_ANSWER_CHARS:
+            if len(content) <= MAX_ANSWER_CHARS and content.strip():
                 best_pos, best = m.start(), content
     for m in _BOXED_BARE.finditer(text):
         if m.start() > best_pos:
-            best_pos, best = m.start(), m.group(1)
+            content = _bare_boxed_content(m.group(1))
+            if content:
+                best_pos, best = m.start(), content
     return best
 
 
@@ -124,7 +153,7 @@ def _phrase_answer(after: str) -> Optional[str]:
         line = line[: m.start()]
     line = line.strip().strip("*").strip()
     line = line.rstrip(".,;:!").strip()
-    if not line:
+    if not line or _EMPTY_BOX.fullmatch(line):  # "The answer is \\boxed{}." states nothing
         return None
     # "42 apples" -> "42": a number followed only by words is a number with a unit.
     m = _NUMBER_THEN_WORDS.match(line)
@@ -140,6 +169,8 @@ def _last_phrase(text: str):
     if last is None:
         return None
     value = _phrase_answer(text[last.end() : last.end() + 4 * MAX_ANSWER_CHARS])
+    if value and _EMPTY_BOX.fullmatch(value):  # "The answer is $\\boxed{}$" states nothing
+        value = None
     return (last.start(), value) if value else None
 
 
@@ -162,22 +193,151 @@ def _phrase_or_gsm8k(text: str) -> Optional[AnswerCandidate]:
     return None
 
 
+def _answer_in_tag(tag: str) -> Optional[AnswerCandidate]:
+    """The answer an ``<answer>`` block states: its last non-empty box, a phrase, or the whole block."""
+    boxed = find_last_boxed(tag)
+    if boxed is not None:
+        return AnswerCandidate(boxed.strip(), "boxed")
+    inner = _phrase_or_gsm8k(tag)
+    if inner is not None:
+        return AnswerCandidate(inner.raw, "answer_tag")
+    tag = _strip_math_delimiters(tag)
+    if tag and len(tag) <= MAX_ANSWER_CHARS and not _EMPTY_BOX.fullmatch(tag):
+        return AnswerCandidate(tag, "answer_tag")
+    return None
+
+
 def find_answer_candidate(text: str) -> Optional[AnswerCandidate]:
-    """The final answer stated in ``text`` as written there, with the rule that found it; None if none."""
+    """The final answer stated in ``text`` as written there, with the rule that found it; None if none.
+
+    Precedence: the last ``<answer>`` block that states an answer, then the last non-empty box, then
+    the last "the answer is" phrase or ``####`` line (see the module docstring).
+    """
     if not isinstance(text, str) or not text:
         return None
-    boxed = find_last_boxed(text)
-    if boxed is not None and boxed.strip():
-        return AnswerCandidate(boxed.strip(), "boxed")
     tag = _last_answer_tag(text)
     if tag is not None:
-        inner = _phrase_or_gsm8k(tag)
-        if inner is not None:
-            return AnswerCandidate(inner.raw, "answer_tag")
-        tag = _strip_math_delimiters(tag)
-        if tag and len(tag) <= MAX_ANSWER_CHARS:
-            return AnswerCandidate(tag, "answer_tag")
+        answer = _answer_in_tag(tag)
+        if answer is not None and answer.raw:
+            return answer
+    boxed = find_last_boxed(text)
+    if boxed is not None:
+        return AnswerCandidate(boxed.strip(), "boxed")
     return _phrase_or_gsm8k(text)
+
+
+# --- LaTeX that math-verify reads wrongly ---------------------------------------------------------
+
+# A thousands group separated by LaTeX spacing: thin space \, (and \! \; \: \> "\ " ~ \thinspace),
+# or the {,} that keeps a comma from adding space. Groups after the first have exactly three
+# digits, and the first does not start with 0, so "3{,}5" and "0{,}125" (decimal commas) and
+# "2\,3" (a product) are left alone.
+_GROUP_SEP = r"(?:\\[,!;:> ]|\\thinspace(?![A-Za-z])\s*|~|\{,\})"
+_DIGIT_GROUPS = re.compile(r"(?<![\d.])([1-9]\d{0,2})((?:" + _GROUP_SEP + r"\d{3})+)(?!\d)")
+_GROUP_SEP_RE = re.compile(_GROUP_SEP)
+# Operators whose arguments TeX takes one token at a time when they are not braced.
+_BRACED_OPERATOR = re.compile(r"\\(?:[dtc]?frac|[dt]?binom|sqrt)(?![A-Za-z])")
+_CONTROL_WORD = re.compile(r"\\[A-Za-z]+")
+_MAX_NESTING = 32
+
+
+def join_digit_groups(s: str) -> str:
+    """``1\\,000`` / ``1{,}000`` / ``1~000`` / ``12\\,345\\,678`` -> ``1000`` / ``12345678``."""
+    if "\\" not in s and "~" not in s and "{," not in s:
+        return s
+    return _DIGIT_GROUPS.sub(lambda m: m.group(1) + _GROUP_SEP_RE.sub("", m.group(2)), s)
+
+
+def _matching_close(s: str, open_pos: int) -> int:
+    """Index of the ``}`` closing the ``{`` at ``open_pos`` (escaped braces skipped), or -1."""
+    depth = 0
+    i = open_pos
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def brace_operator_arguments(s: str, _depth: int = 0) -> str:
+    """Brace the arguments of ``\\frac``, ``\\dfrac``, ``\\binom``, ``\\sqrt`` ... as TeX reads them.
+
+    TeX takes an unbraced argument one token at a time: ``\\frac12`` is ``\\frac{1}{2}``,
+    ``\\frac\\pi2`` is ``\\frac{\\pi}{2}``, ``2\\sqrt3`` is ``2\\sqrt{3}``, ``\\frac123`` is
+    ``\\frac{1}{2}3``. math-verify's own fix (``malformed_operators``) reads ``\\frac123`` as
+    ``\\frac{1}{23}`` and rewrites any ``a/b``; this keeps what the LaTeX renders. Braced arguments
+    are rewritten inside; anything that is not a token is left as written.
+    """
+    if "\\" not in s or _depth > _MAX_NESTING:
+        return s
+    out: List[str] = []
+    i, n = 0, len(s)
+    while i < n:
+        m = _BRACED_OPERATOR.match(s, i) if s[i] == "\\" else None
+        if m is None:
+            if s[i] == "\\" and i + 1 < n:  # an escaped character or a control word stays whole
+                w = _CONTROL_WORD.match(s, i)
+                end = w.end() if w else i + 2
+                out.append(s[i:end])
+                i = end
+            else:
+                out.append(s[i])
+                i += 1
+            continue
+        out.append(m.group())
+        i = m.end()
+        nargs = 1 if m.group() == "\\sqrt" else 2
+        if nargs == 1:
+            j = i
+            while j < n and s[j] == " ":
+                j += 1
+            if j < n and s[j] == "[":  # \sqrt[3]{x}: the index stays as written
+                close = s.find("]", j)
+                if close < 0:
+                    continue
+                out.append(s[i : close + 1])
+                i = close + 1
+        for _ in range(nargs):
+            j = i
+            while j < n and s[j] == " ":
+                j += 1
+            if j >= n:
+                break
+            c = s[j]
+            if c == "{":
+                close = _matching_close(s, j)
+                if close < 0:
+                    break
+                out.append("{" + brace_operator_arguments(s[j + 1 : close], _depth + 1) + "}")
+                i = close + 1
+            elif c == "\\":
+                w = _CONTROL_WORD.match(s, j)
+                if w is None or _BRACED_OPERATOR.fullmatch(w.group()):
+                    break  # an operator as an argument: leave it to the parser
+                out.append("{" + w.group() + "}")
+                i = w.end()
+            elif c.isalnum():
+                out.append("{" + c + "}")
+                i = j + 1
+            else:
+                break
+    return "".join(out)
+
+
+def latex_for_math_verify(answer: str) -> str:
+    """An answer or gold as math-verify should see it: digit groups joined, operator arguments braced.
+
+    Only rewrites spellings that math-verify otherwise misreads; anything else is returned as is.
+    """
+    return brace_operator_arguments(join_digit_groups(answer))
 
 
 # --- normalization into a vote key -------------------------------------------------------------
@@ -185,11 +345,6 @@ def find_answer_candidate(text: str) -> Optional[AnswerCandidate]:
 _TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 _SPACING = re.compile(r"\\(?:left|right|displaystyle)(?![A-Za-z])|\\[!,;: ]|~")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
-_FRAC_SHORT = (
-    (re.compile(r"\\frac\s*(\d)\s*(\d)"), r"\\frac{\1}{\2}"),
-    (re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)"), r"\\frac{\1}{\2}"),
-    (re.compile(r"\\frac\s*(\d)\s*\{"), r"\\frac{\1}{"),
-)
 _ASSIGNMENT = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*(?=[^=]+$)")
 _THOUSANDS = re.compile(r"^([+-]?)(\d{1,3}(?:,\d{3})+)(\.\d+)?$")
 _DECIMAL = re.compile(r"^([+-]?)(\d{0,60})(?:\.(\d{1,60}))?$")
@@ -230,12 +385,12 @@ def normalize_answer(raw: str) -> str:
     and ``3`` share a key, ``\\sqrt{4}`` and ``2`` do not).
     """
     s = _strip_math_delimiters(raw[:MAX_ANSWER_CHARS])
+    s = join_digit_groups(s)
     s = _TEXT_MACRO.sub(r"\1", s)
     s = _SPACING.sub(" ", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\%", "%")
     s = _DEGREES.sub("", s)
-    for pattern, repl in _FRAC_SHORT:
-        s = pattern.sub(repl, s)
+    s = brace_operator_arguments(s)
     s = s.strip().rstrip(".").strip()
     s = _ASSIGNMENT.sub("", s)
     s = "".join(s.split())
@@ -270,7 +425,12 @@ def prepare_gold(gold) -> Optional[str]:
     if isinstance(gold, int):
         return str(gold)
     if isinstance(gold, float):
-        return repr(gold) if math.isfinite(gold) else None
+        if not math.isfinite(gold):
+            return None
+        text = repr(gold)
+        if "e" in text:  # positional notation: math-verify cannot read repr's "1e+20"
+            text = format(Decimal(text), "f")
+        return text
     if not isinstance(gold, str):
         return None
     text = gold.strip()

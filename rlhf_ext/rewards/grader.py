@@ -13,6 +13,10 @@ whose sample overruns ``timeout`` seconds. That sample is scored wrong with ``ti
 other workers keep going, so one hostile sample delays no other sample by more than the limit.
 A spare worker is kept warm so a replacement is instant.
 
+Every submitted sample resolves exactly once, and no wait inside the grader is unbounded: see the
+invariant at the top of the dispatcher section (live copies, requeue on worker loss, a once-a-second
+check, a stall limit), and :meth:`MathGrader.wait`.
+
 Workers are fresh interpreters started with ``subprocess`` (see :mod:`._worker`), talk JSON over
 pipes, die with their parent, and are started lazily on first use and stopped by :meth:`close` or at
 interpreter exit.
@@ -33,6 +37,7 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Deque, Dict, List, Optional, Sequence
@@ -51,6 +56,15 @@ _BAD_GOLD_MEMORY = 4096
 # A second sample is queued in a busy worker's pipe only if it surely fits the pipe buffer (64 KiB
 # on Linux): a blocking write to a worker stuck on a hostile sample would stall the dispatcher.
 _PIPELINE_MAX_BYTES = 16 * 1024
+# The dispatcher never sleeps longer than this: each wake-up checks that every pending sample is
+# queued or on a live worker (a bookkeeping slip must cost a second, never a hang).
+_HOUSEKEEPING_S = 1.0
+# With samples pending and none finishing or starting for this long beyond the time limit, the pool
+# is wedged (a bug, not a slow sample: every sample on a worker ends by its deadline, and a new
+# worker is ready or replaced within _START_TIMEOUT_S): pending samples then resolve as errors.
+_STALL_MARGIN_S = _START_TIMEOUT_S + 30.0
+# How long a caller waits on the dispatcher between checks that it is still alive.
+_CALLER_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +99,12 @@ def default_workers() -> int:
 
 
 class _Task:
-    __slots__ = ("id", "response", "gold_text", "future", "started", "rescued", "_payload")
+    """One submitted sample. It may have several live copies: at most one in the queue (``queued``)
+    and one in the pipe of each worker in ``holders`` (a copy rescued from behind a slow sample runs
+    on another worker while the original still waits). Whichever copy answers first resolves the
+    future; a copy lost with its worker is requeued unless another live copy remains."""
+
+    __slots__ = ("id", "response", "gold_text", "future", "started", "queued", "holders", "_payload")
 
     def __init__(self, task_id: int, response: str, gold_text: Optional[str], future: Future):
         self.id = task_id
@@ -93,8 +112,14 @@ class _Task:
         self.gold_text = gold_text
         self.future = future
         self.started = False  # future set running (it stays so when requeued after a worker died)
-        self.rescued = False  # copied back to the queue from behind a slow sample
+        self.queued = False  # a copy is in the grader's queue
+        self.holders: List["_Worker"] = []  # workers with a copy in their pipe (head or waiting)
         self._payload: Optional[bytes] = None
+
+    @property
+    def live(self) -> bool:
+        """Some copy is queued or on a worker, so the future will be answered."""
+        return self.queued or bool(self.holders)
 
     @property
     def payload(self) -> bytes:
@@ -166,10 +191,14 @@ class MathGrader:
     Thread-safe; usable as a context manager; pickles as its configuration (a copy starts its own
     pool). Future callbacks (``submit(...).add_done_callback``) run on the grader's dispatcher
     thread: keep them short.
+
+    ``test_slow_parse``: a test hook, off in real use. When on, a response containing
+    ``<<slow:SECONDS>>`` makes its worker sleep that long where it would parse the answer, which is how the
+    tests produce overrunning and slow samples at chosen moments without a real hostile answer.
     """
 
     def __init__(self, timeout: float = 5.0, workers: Optional[int] = None, *, spare_workers: int = 1,
-                 memory_limit_mb: int = 4096):
+                 memory_limit_mb: int = 4096, test_slow_parse: bool = False):
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
                 or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -188,6 +217,8 @@ class MathGrader:
         self.workers = workers if workers is not None else default_workers()
         self.spare_workers = spare_workers
         self.memory_limit_mb = memory_limit_mb
+        self.test_slow_parse = bool(test_slow_parse)
+        self._stall_after = self.timeout + _STALL_MARGIN_S
         self._init_state()
         _LIVE_GRADERS.add(self)
 
@@ -197,6 +228,8 @@ class MathGrader:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._queue: Deque[_Task] = deque()
+        self._pending: Dict[int, _Task] = {}  # submitted, future not resolved yet
+        self._last_progress = time.monotonic()  # a sample finished or started on a worker
         self._next_id = 0
         self._thread: Optional[threading.Thread] = None
         self._closing = False
@@ -208,7 +241,7 @@ class MathGrader:
         self._start_failures = 0
         self._bad_golds: "OrderedDict[str, str]" = OrderedDict()
         self._stats = {"submitted": 0, "completed": 0, "timeouts": 0, "errors": 0, "workers_started": 0,
-                       "workers_replaced": 0}
+                       "workers_replaced": 0, "lost_requeued": 0, "stalled": 0}
 
     def _check_process(self) -> None:
         # After fork() the child has this object but not its thread or workers: start afresh there.
@@ -217,7 +250,7 @@ class MathGrader:
 
     def __getstate__(self):
         return {"timeout": self.timeout, "workers": self.workers, "spare_workers": self.spare_workers,
-                "memory_limit_mb": self.memory_limit_mb}
+                "memory_limit_mb": self.memory_limit_mb, "test_slow_parse": self.test_slow_parse}
 
     def __setstate__(self, state):
         self.__init__(**state)
@@ -259,7 +292,7 @@ class MathGrader:
 
     def grade(self, response: str, gold) -> GradeResult:
         """Grade one sample, blocking; never raises for a bad sample."""
-        return self.submit(response, gold).result()
+        return self.wait(self.submit(response, gold))
 
     def grade_batch(self, responses: Sequence[str], golds: Sequence) -> List[GradeResult]:
         """Grade many samples in parallel across the workers; results in input order."""
@@ -272,7 +305,32 @@ class MathGrader:
                 raise TypeError(f"responses[{i}] must be a str, got {type(r).__name__}")
         if not responses:
             return []
-        return [f.result() for f in self._submit_many(responses, golds)]
+        return [self.wait(f) for f in self._submit_many(responses, golds)]
+
+    def wait(self, future: "Future[GradeResult]") -> GradeResult:
+        """The result of a future from :meth:`submit`, waiting in bounded steps.
+
+        ``future.result()`` works too; this also answers the future with an error if the
+        dispatcher thread is gone while it is pending, so a caller can never wait forever.
+        """
+        while True:
+            try:
+                return future.result(timeout=_CALLER_POLL_S)
+            except FutureTimeout:
+                pass
+            thread = self._thread
+            if thread is not None and not thread.is_alive() and not future.done():
+                # the dispatcher resolves everything pending when it exits; this covers a future it
+                # could not see (it never should), after one more poll for its final answers
+                try:
+                    return future.result(timeout=_CALLER_POLL_S)
+                except FutureTimeout:
+                    result = GradeResult(False, None, False, False, self._broken or "grader dispatcher stopped")
+                    try:
+                        future.set_result(result)
+                    except Exception:  # resolved meanwhile
+                        pass
+                    return future.result()
 
     def close(self, wait: bool = True) -> None:
         """Stop the workers; samples not yet graded resolve as errors. Idempotent."""
@@ -330,7 +388,12 @@ class MathGrader:
                 if bad is not None:
                     immediate.append((fut, response, bad))
                     continue
-                self._queue.append(_Task(self._next_id, response, gold_text, fut))
+                if not self._pending:
+                    self._last_progress = time.monotonic()  # the stall clock counts from new work
+                task = _Task(self._next_id, response, gold_text, fut)
+                task.queued = True
+                self._queue.append(task)
+                self._pending[task.id] = task
                 self._next_id += 1
             if len(immediate) < len(futures):
                 self._ensure_thread()
@@ -358,6 +421,12 @@ class MathGrader:
                 pass
 
     # --- dispatcher thread ---------------------------------------------------------------------
+    #
+    # Invariant: every pending sample (``self._pending``) has a live copy -- in the queue or in a
+    # worker's pipe -- until its future is answered, and it is answered exactly once (``_resolve``
+    # ignores later copies). Every wait below is bounded; ``_housekeeping`` checks the invariant
+    # once a second and requeues a sample found without a live copy, and a pool that makes no
+    # progress at all for longer than a sample can take answers its pending samples with an error.
 
     def _run(self) -> None:
         self._selector = selectors.DefaultSelector()
@@ -378,6 +447,7 @@ class MathGrader:
                     pass
 
     def _loop(self) -> None:
+        self._next_sweep = time.monotonic() + _HOUSEKEEPING_S
         while True:
             if self._closing or self._broken:
                 return
@@ -395,28 +465,33 @@ class MathGrader:
                 elif worker in self._workers:
                     self._read_replies(worker)
             self._enforce_deadlines()
+            self._housekeeping()
 
     def _wait_time(self) -> Optional[float]:
+        now = time.monotonic()
         deadlines = [w.deadline for w in self._workers if w.task is not None]
         # wake when a running sample turns slow, to rescue what waits behind it or use the spare
         deadlines += [w.head_started + self._slow_after for w in self._workers
-                      if w.task is not None and w.head_started + self._slow_after > time.monotonic()]
-        starting = [w.started + _START_TIMEOUT_S for w in self._workers if not w.ready]
-        soonest = min(deadlines + starting, default=None)
-        if soonest is None:
+                      if w.task is not None and w.head_started + self._slow_after > now]
+        deadlines += [w.started + _START_TIMEOUT_S for w in self._workers if not w.ready]
+        if self._pending:
+            deadlines.append(self._next_sweep)
+        soonest = min(deadlines, default=None)
+        if soonest is None:  # idle: nothing pending, every worker ready; a submit wakes us
             return None
-        return max(0.0, soonest - time.monotonic())
+        return min(_HOUSEKEEPING_S, max(0.0, soonest - now))
 
     def _spawn(self) -> None:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         env = dict(os.environ)
         env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        argv = [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(res_w), str(os.getpid()), str(self.memory_limit_mb)]
+        if self.test_slow_parse:
+            argv.append("--test-slow-parse")
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(res_w), str(os.getpid()), str(self.memory_limit_mb)],
-                pass_fds=(req_r, res_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
-            )
+            proc = subprocess.Popen(argv, pass_fds=(req_r, res_w), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, env=env)
         except Exception:
             for fd in (req_r, req_w, res_r, res_w):
                 os.close(fd)
@@ -441,48 +516,57 @@ class MathGrader:
                 self._broken = f"cannot start grader workers ({sys.executable}): {type(exc).__name__}: {exc}"
                 return
 
+    def _is_slow(self, worker: _Worker, now: float) -> bool:
+        return worker.task is not None and now - worker.head_started >= self._slow_after
+
     def _dispatch(self) -> None:
         now = time.monotonic()
         fresh = 0  # workers whose current sample is not (yet) slow
         for w in self._workers:
             if not w.inflight:
                 continue
-            if now - w.head_started < self._slow_after:
+            if not self._is_slow(w, now):
                 fresh += 1
                 continue
-            if len(w.inflight) > 1:
-                # Samples waiting behind a slow one would wait up to the whole time limit: copy them
-                # to the front of the queue; whichever copy finishes first answers (see _resolve).
+            # Samples waiting behind a slow one would wait up to the whole time limit: copy them to
+            # the front of the queue unless a copy is queued already or waits behind a fresh sample;
+            # whichever copy finishes first answers (see _resolve).
+            waiting = [t for t in list(w.inflight)[1:] if not t.queued and not t.future.done()
+                       and all(h.task is not t and self._is_slow(h, now) for h in t.holders)]
+            if waiting:
                 with self._lock:
-                    for task in reversed(list(w.inflight)[1:]):
-                        if not task.rescued:
-                            task.rescued = True
-                            self._queue.appendleft(task)
+                    for task in reversed(waiting):
+                        task.queued = True
+                        self._queue.appendleft(task)
         while True:
             with self._lock:
                 if not self._queue:
                     return
                 task = self._queue[0]
-            if task.future.done():  # a rescued copy that its first worker answered meanwhile
-                with self._lock:
+                if task.future.done():  # a rescued copy that another worker answered meanwhile
                     self._queue.popleft()
-                continue
+                    task.queued = False
+                    self._pending.pop(task.id, None)
+                    continue
             payload = task.payload
             # An idle worker first (while fewer than `workers` samples run fresh), else a second slot
-            # behind a sample that is not slow.
+            # behind a sample that is not slow; never a worker that holds a copy already.
             worker = None
             if fresh < self.workers:
                 worker = next((w for w in self._workers if w.ready and not w.inflight), None)
             if worker is None and len(payload) <= _PIPELINE_MAX_BYTES:
                 worker = next((w for w in self._workers if w.ready and len(w.inflight) == 1
-                               and now - w.head_started < self._slow_after), None)
+                               and not self._is_slow(w, now) and w not in task.holders), None)
             if worker is None:
                 return
             with self._lock:
                 self._queue.popleft()
+                task.queued = False
             if not task.started:
-                if not task.future.set_running_or_notify_cancel():
-                    continue  # cancelled by the caller
+                if not task.future.set_running_or_notify_cancel():  # cancelled by the caller
+                    with self._lock:
+                        self._pending.pop(task.id, None)
+                    continue
                 task.started = True
             bad = self._bad_golds.get(task.gold_text)
             if bad is not None:
@@ -492,12 +576,15 @@ class MathGrader:
                 worker.requests.send_bytes(payload)
             except OSError:
                 with self._lock:
+                    task.queued = True
                     self._queue.appendleft(task)
                 self._worker_died(worker)
                 continue
             worker.inflight.append(task)
+            task.holders.append(worker)
             if len(worker.inflight) == 1:
                 worker.begin_next()
+                self._last_progress = worker.head_started
                 fresh += 1
 
     def _read_replies(self, worker: _Worker) -> None:
@@ -529,10 +616,18 @@ class MathGrader:
         task = worker.task
         if task is None or task.id != task_id:
             return
-        worker.inflight.popleft()
-        worker.begin_next()
+        self._pop_head(worker)
         self._resolve(task, GradeResult(bool(correct), extracted, bool(gold_parsed), False, error))
 
+    def _pop_head(self, worker: _Worker) -> _Task:
+        """Take the sample at the head of ``worker``'s pipe off it and start the clock on the next."""
+        task = worker.inflight.popleft()
+        if worker in task.holders:
+            task.holders.remove(worker)
+        worker.begin_next()
+        if worker.task is not None:
+            self._last_progress = worker.head_started
+        return task
 
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
@@ -547,8 +642,10 @@ class MathGrader:
                 except (EOFError, OSError):
                     self._worker_died(worker)
                     continue
-                task = worker.inflight.popleft()
                 gold_phase_done = worker.gold_done
+                task = worker.inflight.popleft()
+                if worker in task.holders:
+                    task.holders.remove(worker)
                 self._requeue_inflight(worker)
                 self._remove(worker, reason="timeout")
                 if not gold_phase_done:
@@ -563,6 +660,40 @@ class MathGrader:
                                worker.proc.pid, _START_TIMEOUT_S)
                 self._remove(worker, reason="stuck")
 
+    def _housekeeping(self) -> None:
+        """Once a second while samples are pending: requeue a sample without a live copy; give up on a
+        pool that has made no progress for longer than any sample can take."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + _HOUSEKEEPING_S
+        with self._lock:
+            pending = list(self._pending.values())
+        if not pending:
+            return
+        lost = []
+        with self._lock:
+            for task in pending:
+                if task.future.done():
+                    self._pending.pop(task.id, None)
+                elif not task.live:
+                    task.queued = True
+                    self._queue.appendleft(task)
+                    lost.append(task.id)
+        if lost:
+            self._stats["lost_requeued"] += len(lost)
+            logger.error("rlhf_ext grader: %d pending samples had no live copy (ids %s); requeued them. "
+                         "This is a bug in the grader's bookkeeping: please report it.", len(lost), lost[:10])
+        if now - self._last_progress > self._stall_after:
+            why = (f"the grader made no progress for {now - self._last_progress:.0f}s with {len(pending)} samples "
+                   "pending; its workers were restarted")
+            logger.error("rlhf_ext grader: %s", why)
+            self._stats["stalled"] += 1
+            for worker in list(self._workers):
+                self._remove(worker, reason="stall")
+            self._fail_all(why)
+            self._last_progress = now
+
     def _remember_bad_gold(self, gold_text: str, why: str) -> None:
         with self._lock:
             self._bad_golds[gold_text] = why
@@ -570,17 +701,26 @@ class MathGrader:
                 self._bad_golds.popitem(last=False)
 
     def _requeue_inflight(self, worker: _Worker) -> None:
-        """Give samples that were sent to ``worker`` but not started back to the front of the queue."""
+        """Samples that were in ``worker``'s pipe behind its head go back to the front of the queue,
+        in order, unless answered already or another copy is queued or on a live worker."""
         with self._lock:
             while worker.inflight:
                 task = worker.inflight.pop()
-                if not task.rescued and not task.future.done():  # a rescued copy is queued already
+                if worker in task.holders:
+                    task.holders.remove(worker)
+                if not task.future.done() and not task.live:
+                    task.queued = True
                     self._queue.appendleft(task)
 
     def _worker_died(self, worker: _Worker) -> None:
         if worker not in self._workers:
             return
-        task = worker.inflight.popleft() if worker.inflight else None
+        task = None
+        if worker.inflight:
+            task = worker.inflight.popleft()
+            if worker in task.holders:
+                task.holders.remove(worker)
+        gold_done = worker.gold_done
         self._requeue_inflight(worker)
         was_ready = worker.ready
         self._remove(worker, reason="died")
@@ -591,13 +731,15 @@ class MathGrader:
                 self._broken = (f"grader workers exit before they are ready (exit code {code}); run "
                                 f"`{sys.executable} -c \"import math_verify\"` to see why")
         if task is not None:
-            self._resolve(task, GradeResult(False, _safe_extract(task.response), worker.gold_done, False,
+            self._resolve(task, GradeResult(False, _safe_extract(task.response), gold_done, False,
                                             f"grader worker exited unexpectedly (exit code {code})"))
 
     def _remove(self, worker: _Worker, reason: str) -> None:
         if worker in self._workers:
             self._workers.remove(worker)
             self._stats["workers_replaced"] += 1
+        # whatever is still in its pipe goes back to the queue (a no-op if the caller did it)
+        self._requeue_inflight(worker)
         self._unregister(worker)
         _kill(worker)
 
@@ -608,12 +750,15 @@ class MathGrader:
             pass
 
     def _resolve(self, task: _Task, result: GradeResult) -> None:
-        if task.future.done():  # the other copy of a rescued sample answered first
-            return
+        """Answer ``task``'s future unless a copy of it answered first; the only place futures resolve."""
         with self._lock:
+            self._pending.pop(task.id, None)
+            if task.future.done():  # the other copy of a rescued sample answered first
+                return
             self._stats["completed"] += 1
             if result.error is not None:
                 self._stats["errors"] += 1
+        self._last_progress = time.monotonic()
         try:
             task.future.set_result(result)
         except Exception:  # already resolved or cancelled
@@ -634,16 +779,30 @@ class MathGrader:
                 except subprocess.TimeoutExpired:
                     pass
             while worker.inflight:
-                self._resolve(worker.inflight.popleft(), GradeResult(False, None, False, False, "grader closed"))
+                task = worker.inflight.popleft()
+                if worker in task.holders:
+                    task.holders.remove(worker)
+                self._resolve(task, GradeResult(False, None, False, False, "grader closed"))
             self._unregister(worker)
             _kill(worker)
 
     def _fail_all(self, why: str) -> None:
+        """Answer every pending sample with an error (closing, a broken pool, a stall)."""
         with self._lock:
-            tasks, self._queue = list(self._queue), deque()
+            tasks = list(self._pending.values())
+            for task in self._queue:
+                task.queued = False
+            self._queue = deque()
         for task in tasks:
-            if task.started or task.future.set_running_or_notify_cancel():
-                self._resolve(task, GradeResult(False, None, False, False, why))
+            if task.future.done():
+                with self._lock:
+                    self._pending.pop(task.id, None)
+            elif task.started or task.future.set_running_or_notify_cancel():
+                task.started = True
+                self._resolve(task, GradeResult(False, _safe_extract(task.response), False, False, why))
+            else:  # cancelled by the caller
+                with self._lock:
+                    self._pending.pop(task.id, None)
 
 
 def _kill(worker: _Worker) -> None:

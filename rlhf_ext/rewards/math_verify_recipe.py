@@ -18,6 +18,13 @@ Deliberate differences, each for a reason:
   last ``\\boxed{}``, JSON numbers) and are parsed as ``\\boxed{gold}``; Open-R1 expects LaTeX golds.
 * No ``ExprExtractionConfig`` anywhere: it runs sympy's ``parse_expr`` (an ``eval``) on the matched
   text. LaTeX extraction goes through latex2sympy's ANTLR parser, which evaluates nothing.
+* Both the answer and the gold go through
+  :func:`~rlhf_ext.rewards.extraction.latex_for_math_verify` first, for spellings math-verify
+  misreads: ``1\\,000`` / ``1{,}000`` / ``1~000`` (read as products: ``1\\,000`` equals 0 and not
+  1000) become ``1000``, and unbraced operator arguments get braces as TeX reads them
+  (``\\frac12``, ``2\\sqrt3``, ``\\frac{\\sqrt3}{2}``: Open-R1's ``malformed_operators=False``
+  answer normalization never matches them; math-verify's own ``malformed_operators=True`` fix
+  reads ``\\frac123`` as ``\\frac{1}{23}`` and rewrites every ``a/b``, so it stays off).
 * ``equations=True`` is left out of the normalization: math-verify 0.9 deprecated it (the parser
   handles equations itself) and warns on every call.
 
@@ -34,7 +41,7 @@ from typing import Dict, List, Optional
 from latex2sympy2_extended import NormalizationConfig
 from math_verify import LatexExtractionConfig, parse, verify
 
-from .extraction import find_answer_candidate, normalize_answer, prepare_gold
+from .extraction import find_answer_candidate, latex_for_math_verify, normalize_answer, prepare_gold
 
 ANSWER_EXTRACTION = [
     LatexExtractionConfig(
@@ -54,22 +61,25 @@ GOLD_EXTRACTION = [LatexExtractionConfig()]
 
 def parse_gold(gold_text: str) -> List:
     """math-verify's parse of a prepared gold (see :func:`prepare_gold`); an empty list if it fails."""
-    return parse("\\boxed{" + gold_text + "}", extraction_config=GOLD_EXTRACTION, extraction_mode="first_match")
+    return parse("\\boxed{" + latex_for_math_verify(gold_text) + "}", extraction_config=GOLD_EXTRACTION,
+                 extraction_mode="first_match")
 
 
 def parse_answer(raw_answer: str) -> List:
     """math-verify's parse of a final answer as written in the response."""
-    return parse("\\boxed{" + raw_answer + "}", extraction_config=ANSWER_EXTRACTION, extraction_mode="first_match")
+    return parse("\\boxed{" + latex_for_math_verify(raw_answer) + "}", extraction_config=ANSWER_EXTRACTION,
+                 extraction_mode="first_match")
 
 
 def grade_response(response: str, gold_text: Optional[str], gold_cache: Optional[Dict[str, List]] = None,
-                   on_gold_parsed=None, verdict_cache: Optional[Dict] = None) -> Dict:
+                   on_gold_parsed=None, verdict_cache: Optional[Dict] = None, before_answer=None) -> Dict:
     """Grade one response in this thread: ``{"correct", "extracted", "gold_parsed"}``.
 
     ``gold_text`` is :func:`prepare_gold`'s output. ``gold_cache`` maps it to its parse, so a gold is
     parsed once per process; ``verdict_cache`` maps (gold, answer as written) to the verdict, so the
     same final answer to the same problem (common among a GRPO group's samples) is verified once. ``on_gold_parsed()`` is called after a gold was parsed anew (the grader
-    uses it to learn which phase a sample that overran its time limit was in).
+    uses it to learn which phase a sample that overran its time limit was in). ``before_answer(response)``
+    runs after the gold is parsed and before the answer is (the grader's slow-parse test hook).
     Must run in a main thread unless math-verify's timeouts are off: they use SIGALRM.
     """
     candidate = find_answer_candidate(response)
@@ -87,6 +97,8 @@ def grade_response(response: str, gold_text: Optional[str], gold_cache: Optional
         return {"correct": False, "extracted": extracted, "gold_parsed": False}
     if candidate is None:
         return {"correct": False, "extracted": None, "gold_parsed": True}
+    if before_answer is not None:
+        before_answer(response)
     key = (gold_text, candidate.raw)
     correct = verdict_cache.get(key) if verdict_cache is not None else None
     if correct is None:

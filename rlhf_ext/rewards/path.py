@@ -1,7 +1,9 @@
-"""Where the OpenRLHF reward file is, and what ``--reward.remote_url rlhf_ext:<spec>`` means.
+"""Where the reward files are, and what ``--reward.remote_url rlhf_ext:<spec>`` means.
 
-``python -m rlhf_ext.rewards.path`` prints the reward file's absolute path, for
-``--reward.remote_url "$(python -m rlhf_ext.rewards.path)"``.
+``python -m rlhf_ext.rewards.path`` prints the OpenRLHF reward file's absolute path, for
+``--reward.remote_url "$(python -m rlhf_ext.rewards.path)"``; with ``--verl`` it prints verl's,
+for ``reward.custom_reward_function.path=$(python -m rlhf_ext.rewards.path --verl)``
+(``reward.custom_reward_function.name=compute_score``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ SHORT_FORM_PREFIX = "rlhf_ext:"
 def reward_file_path() -> str:
     """Absolute path of :mod:`rlhf_ext.rewards.openrlhf_reward` (the file OpenRLHF loads by path)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "openrlhf_reward.py")
+
+
+def verl_reward_file_path() -> str:
+    """Absolute path of :mod:`rlhf_ext.rewards.verl_reward` (verl's ``custom_reward_function.path``)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_reward.py")
 
 
 def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
@@ -40,7 +47,21 @@ def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
 
 
 def main(argv: Optional[list] = None) -> None:
-    print(reward_file_path())
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m rlhf_ext.rewards.path",
+        description="Print the absolute path of rlhf_ext's reward file for a training framework.",
+        epilog='examples:\n'
+               '  --reward.remote_url "$(python -m rlhf_ext.rewards.path)"                  # OpenRLHF\n'
+               '  reward.custom_reward_function.path=$(python -m rlhf_ext.rewards.path --verl) \\\n'
+               '      reward.custom_reward_function.name=compute_score                     # verl',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--verl", action="store_true",
+                        help="the verl reward file (its function is compute_score) instead of OpenRLHF's")
+    args = parser.parse_args(argv)
+    print(verl_reward_file_path() if args.verl else reward_file_path())
 
 
 if __name__ == "__main__":

@@ -77,7 +77,8 @@ def patched():
     import openrlhf.models.actor as actor_module
     import openrlhf.models.utils as utils_module
 
-    body = vllm_engine.RolloutRayActor.__ray_metadata__.modified_class.__ray_actor_class__
+    modified = vllm_engine.RolloutRayActor.__ray_metadata__.modified_class
+    body = modified.__ray_actor_class__
     return {
         "placement_group": [
             m.placement_group is ray_placement.placement_group for m in (pg_module, launcher, vllm_engine)
@@ -85,7 +86,9 @@ def patched():
         "ray_util_placement_group": ray.util.placement_group is ray_placement.placement_group,
         "actor_remote": ray.actor.ActorClass._remote is ray_placement.actor_class_remote,
         "launcher_ray": type(launcher.ray).__name__,
-        "rollout_env": body._configure_device_env is ray_placement.configure_rollout_device_env,
+        # Ray calls the copy in its wrapper class, not the user class's method: both must be replaced
+        "rollout_env": all(cls._configure_device_env is ray_placement.configure_rollout_device_env
+                           for cls in (modified, body)),
         "rollout_backend": body._rlhf_ext_backend,
         "sync_group": [
             m.stateless_init_process_group is weight_sync.stateless_init_process_group

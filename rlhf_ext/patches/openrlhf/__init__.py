@@ -15,8 +15,14 @@ where                                          what                             
 ``ppo_actor.ActorPPOTrainer.ppo_train``        zero-advantage update counts,               PolicyModelActor
                                                attempted vs applied (:mod:`.updates`)
 ``ppo_actor.compute_approx_kl``                ``--algo.kl.clip`` for the KL loss           PolicyModelActor
+``dpo_trainer.DPOTrainer``                     ``__init__``: SimPO loss (:mod:`.dpo`)       train_dpo ranks
+``dpo_trainer.DPOTrainer``                     ``_get_batch_logps``: mean log-probs (SimPO) train_dpo ranks
+``dpo_trainer.DPOTrainer``                     ``concatenated_forward``: no reference pass  train_dpo ranks
+``dpo_trainer.DPOTrainer``                     ``save_logs_and_checkpoints``: margin        train_dpo ranks
 ``ray.init``                                   plugin env in the job's runtime env          driver
 ``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`)              driver
+``argparse`` (OpenRLHF's DPO parser only)      ``--model.loss_type``, ``--model.simpo_gamma``  train_dpo ranks
+                                               (:mod:`.dpo_cli`)
 =============================================  ==========================================  ======================
 
 Each module is patched when it is first imported in a process (:mod:`rlhf_ext.patches.import_hooks`),
@@ -44,6 +50,7 @@ from .compat import (
 _HERE = __name__
 EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
+DPO_TRAINER = "openrlhf.trainer.dpo_trainer"
 
 _KL_PARAMS = ("log_probs", "log_probs_base", "log_probs_old", "kl_estimator", "unbiased_gradient")
 _POLICY_LOSS_INIT = (
@@ -59,6 +66,11 @@ _ACTOR_TRAINER_INIT = (
     "micro_train_batch_size", "buffer_limit", "buffer_cpu_offload", "eps_clip", "tokenizer",
     "dataloader_pin_memory", "vllm_engines", "kwargs",
 )  # fmt: skip
+_DPO_TRAINER_INIT = (
+    "self", "model", "ref_model", "strategy", "tokenizer", "optim", "train_dataloader", "eval_dataloader",
+    "scheduler", "max_norm", "beta", "max_epochs", "save_hf_ckpt", "disable_ds_ckpt",
+)  # fmt: skip
+_DPO_FORWARD = ("self", "model", "chosen_ids", "c_mask", "reject_ids", "r_mask", "prompt_id_lens")
 
 PATCHES = (
     Patch(
@@ -123,6 +135,36 @@ PATCHES = (
         target="compute_approx_kl",
         params=_KL_PARAMS,
         make=_HERE + ".kl:make_compute_approx_kl",
+    ),
+    Patch(
+        name="preference loss type (SimPO)",
+        module=DPO_TRAINER,
+        target="DPOTrainer.__init__",
+        params=_DPO_TRAINER_INIT,
+        make=_HERE + ".dpo:make_trainer_init",
+        # The swapped-in loss keeps DPOLoss's call contract; the trainer reads these attributes.
+        requires=(Requirement("DPOLoss", ("self", "beta", "label_smoothing", "ipo")),),
+    ),
+    Patch(
+        name="length-normalised log-probs (SimPO)",
+        module=DPO_TRAINER,
+        target="DPOTrainer._get_batch_logps",
+        params=("self", "per_token_logps", "attention_mask", "prompt_id_lens"),
+        make=_HERE + ".dpo:make_get_batch_logps",
+    ),
+    Patch(
+        name="reference-free forward (SimPO)",
+        module=DPO_TRAINER,
+        target="DPOTrainer.concatenated_forward",
+        params=_DPO_FORWARD,
+        make=_HERE + ".dpo:make_concatenated_forward",
+    ),
+    Patch(
+        name="preference margin metrics",
+        module=DPO_TRAINER,
+        target="DPOTrainer.save_logs_and_checkpoints",
+        params=("self", "args", "global_step", "step_bar", "logs_dict", "client_states"),
+        make=_HERE + ".dpo:make_save_logs",
     ),
 )
 

@@ -73,6 +73,14 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
                 f"({', '.join(got)}), expected ({', '.join(expected)})"
             )
 
+    # the score-input refusal reads these flags: a rename upstream must not switch it off silently
+    for _, flag, _ in LENGTH_PENALTY_FLAGS:
+        if flag not in actions:
+            raise compat.OpenRLHFCompatibilityError(
+                f"rlhf_ext cannot patch OpenRLHF {compat.openrlhf_version()}: patch '{PATCH_NAME}': its parser has no "
+                f"{flag}, which the check of --algo.advantage.input score relies on"
+            )
+
     ours = [n for n in available_advantages() if n not in OPENRLHF_ESTIMATORS]
     est = actions["--algo.advantage.estimator"]
     est.choices = list(OPENRLHF_ESTIMATORS) + ours
@@ -111,7 +119,8 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--algo.advantage.input", choices=ADVANTAGE_INPUTS, default="reward",
         help="what a registered estimator groups: the shaped reward (default) or the reward function's 'scores' "
-        "(the 0/1 correctness that passk and maxrl need when the reward has extra terms)",
+        "(the 0/1 correctness that passk and maxrl need when the reward has extra terms); 'score' refuses "
+        "--reward.overlong_buffer_len and --reward.stop_properly_penalty_coef, which change only the rewards",
     )  # fmt: skip
     group.add_argument(
         "--actor.policy_loss_option", action="append", default=None, metavar="KEY=VALUE",
@@ -187,6 +196,7 @@ def finalize(namespace) -> Dict[str, str]:
         if _ns(namespace, "algo.advantage.input", "reward") != "reward":
             raise ValueError(f"--algo.advantage.input applies to rlhf_ext's estimators, not OpenRLHF's {estimator!r}")
     else:
+        _refuse_penalties_on_scores(namespace, estimator)
         if estimator == "passk":
             if passk_k is None and "k" not in options:
                 raise ValueError("--algo.advantage.estimator passk needs --algo.advantage.passk_k K")
@@ -248,6 +258,35 @@ def finalize(namespace) -> Dict[str, str]:
 
 BINARY_ESTIMATORS = ("passk", "maxrl")
 
+# OpenRLHF's length penalties (openrlhf/trainer/ppo_utils/length_penalty.py, apply_length_penalties):
+# they rewrite ``experience.rewards`` and never ``experience.scores``.
+LENGTH_PENALTY_FLAGS = (
+    ("reward.overlong_buffer_len", "--reward.overlong_buffer_len", "DAPO overlong penalty"),
+    ("reward.stop_properly_penalty_coef", "--reward.stop_properly_penalty_coef", "ProRL stop-properly penalty"),
+)
+
+
+def _refuse_penalties_on_scores(namespace, estimator) -> None:
+    """``--algo.advantage.input score`` with a length penalty: the penalty would be dropped silently.
+
+    The penalties change the rewards; the estimator then reads the reward function's scores, which
+    they never touch. Adding them to the scores cannot work either: passk and maxrl need 0/1
+    scores, and a penalised score is no longer binary.
+    """
+    if _ns(namespace, "algo.advantage.input", "reward") != "score":
+        return
+    used = [(flag, what) for dest, flag, what in LENGTH_PENALTY_FLAGS if _ns(namespace, dest) is not None]
+    if not used:
+        return
+    flags = " and ".join(f"{flag} ({what})" for flag, what in used)
+    raise ValueError(
+        f"--algo.advantage.input score cannot be combined with {flags}: OpenRLHF applies length penalties to the "
+        f"rewards, but with --algo.advantage.input score the {estimator} estimator reads the reward function's 0/1 "
+        "scores, so the penalty would be silently ignored (and a penalised score is no longer the binary "
+        "correctness that passk and maxrl need). Drop the penalty flag, or use --algo.advantage.input reward "
+        "with an estimator that accepts shaped rewards (e.g. grpo, dr_grpo)"
+    )
+
 
 def _warn_binary_estimator_on_shaped_reward(estimator, source, env) -> None:
     """passk / maxrl on rlhf_ext's shaped reward would fail at the first batch: say so at start-up."""
@@ -290,8 +329,15 @@ def install_argparse_hook() -> None:
         _original_parse_known_args = original
 
         def parse_known_args(self, args=None, namespace=None):
-            if getattr(self, "_rlhf_ext_extended", False) or not is_openrlhf_ppo_parser(self):
+            if getattr(self, "_rlhf_ext_extended", False):
                 return original(self, args, namespace)
+            if not is_openrlhf_ppo_parser(self):
+                from .dpo_cli import is_openrlhf_dpo_parser, parse_with_plugin
+
+                if not is_openrlhf_dpo_parser(self):
+                    return original(self, args, namespace)
+                self._rlhf_ext_extended = True
+                return parse_with_plugin(self, original, args, namespace)
             self._rlhf_ext_extended = True
             try:
                 extend_parser(self)

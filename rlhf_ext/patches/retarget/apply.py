@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from rlhf_ext.npu.backend import BACKENDS, ENV_DEVICE
 from rlhf_ext.npu.import_hooks import when_imported
-from rlhf_ext.patches.retarget import models, ray_placement, strategy, weight_sync
+from rlhf_ext.patches.retarget import models, ray_placement, strategy, vllm_cpu_weights, weight_sync
 from rlhf_ext.patches.retarget.guard import RetargetError, warn_if_untested_version
 from rlhf_ext.patches.retarget.state import _lock, _set_applied, applied_backend, retarget_backend
 
@@ -38,6 +38,7 @@ MODULE_PATCHES: Tuple[Tuple[str, Tuple[Patch, ...]], ...] = (
     ("openrlhf.trainer.ray.ppo_actor", (weight_sync.patch_ppo_actor,)),
     ("openrlhf.trainer.ray.vllm_engine", (ray_placement.patch_vllm_engine,)),
     ("openrlhf.cli.train_ppo_ray", (ray_placement.patch_placement_group_importer,)),
+    ("vllm.model_executor.layers.utils", (vllm_cpu_weights.patch_cpu_gemm_dispatch,)),
 )  # fmt: skip
 """Module -> patches applied when it is imported, for the NPU and CPU targets."""
 

@@ -84,11 +84,24 @@ def ray_actor_class_body(actor_class: Any, patch: str) -> type:
     return original
 
 
+def ray_actor_method_owners(actor_class: Any, patch: str) -> tuple:
+    """``(wrapper class, user class)`` of a ``@ray.remote`` class: a method patch must go on both.
+
+    When a class is declared an actor, Ray builds a subclass that copies every method of the user
+    class into its own dict, wrapped for tracing (``ray/util/tracing/tracing_helper.py``), and the
+    actor's calls find those copies first. A method replaced only on the user class is never called
+    by Ray; the user class is patched too for code that calls it directly.
+    """
+    body = ray_actor_class_body(actor_class, patch)
+    return actor_class.__ray_metadata__.modified_class, body
+
+
 __all__ = [
     "RetargetError",
     "TESTED_OPENRLHF_VERSIONS",
     "openrlhf_version",
     "ray_actor_class_body",
+    "ray_actor_method_owners",
     "require",
     "warn_if_untested_version",
 ]

@@ -28,7 +28,7 @@ from rlhf_ext.npu import patching
 from rlhf_ext.npu.backend import ray_noset_visible_devices_env, visible_devices_env
 from rlhf_ext.npu.ray_resources import local_device_ids, retarget_actor_options, retarget_bundle
 from rlhf_ext.patches.retarget import vllm_memory
-from rlhf_ext.patches.retarget.guard import RetargetError, ray_actor_class_body, require
+from rlhf_ext.patches.retarget.guard import RetargetError, ray_actor_class_body, ray_actor_method_owners, require
 from rlhf_ext.patches.retarget.state import current_backend
 
 
@@ -159,21 +159,22 @@ def patch_vllm_engine(module, backend: str) -> None:
     require(
         body, "_configure_device_env", "vLLM actor visible devices", params=["backend", "bundle_indices", "num_gpus"]
     )
-    # Ray copies this class to the actor's process by value: the backend chosen here travels with it.
-    patching.replace(body, "_rlhf_ext_backend", backend)
-    patching.replace_function(body, "_configure_device_env", configure_rollout_device_env)
-    if backend == "cpu":
-        _size_cpu_kv_cache(body)
+    for owner in ray_actor_method_owners(actor_class, "vLLM actor visible devices"):
+        # Ray copies this class to the actor's process by value: the backend chosen here travels with it.
+        patching.replace(owner, "_rlhf_ext_backend", backend)
+        patching.replace_function(owner, "_configure_device_env", configure_rollout_device_env)
+        if backend == "cpu":
+            _size_cpu_kv_cache(owner)
     patch_placement_group_importer(module, backend)
 
 
-def _size_cpu_kv_cache(body: type) -> None:
+def _size_cpu_kv_cache(owner: type) -> None:
     """Route ``RolloutRayActor.__init__`` through :func:`vllm_memory.rollout_actor_init` (CPU target)."""
-    init = require(body, "__init__", "vLLM CPU KV-cache size", params=["bundle_indices", "kwargs"])
+    init = require(owner, "__init__", "vLLM CPU KV-cache size")
     if init is vllm_memory.rollout_actor_init:
         return
-    patching.replace(body, vllm_memory.ORIGINAL_INIT, init)
-    patching.replace_function(body, "__init__", vllm_memory.rollout_actor_init)
+    patching.replace(owner, vllm_memory.ORIGINAL_INIT, init)
+    patching.replace_function(owner, "__init__", vllm_memory.rollout_actor_init)
 
 
 __all__ = [

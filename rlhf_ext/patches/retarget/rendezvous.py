@@ -95,6 +95,10 @@ def join_key(rank: int) -> str:
     return f"rlhf_ext/joined/{rank}"
 
 
+def ack_key(rank: int) -> str:
+    return f"rlhf_ext/complete/{rank}"
+
+
 def wait_for_ranks(store, rank: int, world_size: int, *, host: str, port: int, timeout: float,
                    peer_check: Optional[PeerCheck] = None, clock: Callable[[], float] = time.monotonic) -> None:
     """Announce ``rank`` in ``store`` and wait until all ``world_size`` ranks did, within ``timeout`` s."""
@@ -105,7 +109,7 @@ def wait_for_ranks(store, rank: int, world_size: int, *, host: str, port: int, t
     while True:
         missing = [r for r in missing if not store.check([join_key(r)])]
         if not missing:
-            return
+            break
         now = clock()
         if peer_check is not None and now >= next_liveness:
             dead = peer_check()
@@ -122,6 +126,15 @@ def wait_for_ranks(store, rank: int, world_size: int, *, host: str, port: int, t
                 f"that failed to start, a node that cannot reach {host}:{port}); {ENV_SYNC_TIMEOUT} sets the wait"
             )
         time.sleep(_POLL_S)
+    # Rank 0 hosts the store: it leaves only once every rank has seen the group complete, so a
+    # peer still polling never finds the store gone (e.g. when rank 0 fails right afterwards).
+    store.set(ack_key(rank), "1")
+    if rank == 0:
+        pending = list(range(1, world_size))
+        while pending and clock() < deadline:
+            pending = [r for r in pending if not store.check([ack_key(r)])]
+            if pending:
+                time.sleep(_POLL_S / 10)
 
 
 def bounded_store(host: str, port: int, rank: int, world_size: int, timeout: float):
@@ -152,6 +165,7 @@ __all__ = [
     "ENV_SYNC_TIMEOUT",
     "GROUP_NAME",
     "WeightSyncRendezvousError",
+    "ack_key",
     "bounded_store",
     "join_key",
     "peers_checked_by",

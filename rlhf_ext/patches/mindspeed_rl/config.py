@@ -1,0 +1,269 @@
+"""The plugin's ``rl_config`` keys: names, validation, and how the settings reach each process.
+
+New keys (all optional; absent means MindSpeed-RL's own behaviour, unchanged):
+
+=========================  =====================================================================
+key                        meaning
+=========================  =====================================================================
+``adv_estimator``          also every name in :func:`rlhf_ext.algorithms.available_advantages`
+``adv_estimator_options``  keyword options of that estimator, e.g. ``{k: 4}`` for ``passk``
+``policy_loss_type``       ``ppo`` (the clipped surrogate) or ``gspo`` (sequence ratio)
+``loss_agg_mode``          ``token-mean``, ``seq-mean-token-mean``, ``seq-mean-token-sum``,
+                           ``seq-mean-token-sum-norm`` (Dr.GRPO's constant normaliser)
+``loss_agg_max_len``       the constant of ``seq-mean-token-sum-norm`` (the generation budget)
+``kl_penalty``             also ``k1``, ``k2``, ``k3``
+``kl_clip``                ``[lo, hi]`` or ``none``: replaces the hard-coded [-10, 10]
+``verifier_function``      also ``rlhf_ext:NAME`` (an rlhf_ext reward or preset), weights as usual;
+                           rlhf_ext rewards grade with a per-sample timeout of
+                           ``verifier_timeout`` seconds (a MindSpeed-RL key it never reads)
+=========================  =====================================================================
+
+How they travel: ``rl_config`` is rebuilt from the Hydra dict in every Ray worker that needs it
+(the patched ``RLConfig.__init__`` validates it again there), and MindSpeed-RL hands only a few of
+its values to the advantage task and to the loss: ``adv_estimator`` (to ``compute_advantage``)
+and ``kl_penalty`` (to ``compute_kl_penalty`` and, in ``meta_info``, to the actor loss). The
+patched ``RLConfig`` therefore turns those two values into :class:`ConfiguredName` -- a ``str``
+equal to the original name that also carries the rlhf_ext settings -- so the settings ride the
+paths MindSpeed-RL already has, through pickling, with no global state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+# What MindSpeed-RL 2.1.0 implements itself; these keep its exact code paths.
+MINDSPEED_ESTIMATORS = ("group_norm", "gae")
+MINDSPEED_KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl")
+RLHF_EXT_KL_PENALTIES = ("k1", "k2", "k3")
+# rule_verifier.verifier's local table in 2.1.0: name -> module-level function it calls.
+MINDSPEED_VERIFIERS = {
+    "acc": "accuracy_reward",
+    "format": "format_reward",
+    "step": "reasoning_steps_reward",
+    "strict_format": "strict_format_reward",
+    "base_acc": "base_model_accuracy_reward",
+    "math_17k_acc": "math_17k_accuracy_reward",
+    "acc_for_dapo": "accuracy_reward_for_dapo",
+    "acc_for_ppo": "ppo_accuracy_reward",
+    "math_verify_reward": "math_verify_accuracy_reward",
+    "retool_reward": "retool_reward",
+}
+REWARD_PREFIX = "rlhf_ext:"
+POLICY_LOSS_TYPES = ("ppo", "gspo")
+# Registered estimators that whiten token advantages over the batch (REINFORCE++, arXiv 2501.03262).
+WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
+
+NEW_KEYS = ("adv_estimator_options", "policy_loss_type", "loss_agg_mode", "loss_agg_max_len", "kl_clip")
+DEFAULT_KL_CLIP = (-10.0, 10.0)  # MindSpeed-RL's hard-coded clamp of low_var_kl
+
+
+class ConfigError(ValueError):
+    """An ``rl_config`` value rlhf_ext cannot run; the message names the key and the valid values."""
+
+
+class ConfiguredName(str):
+    """A MindSpeed-RL option value (``adv_estimator``, ``kl_penalty``) that carries rlhf_ext's settings.
+
+    Compares, hashes and prints as the plain name, so MindSpeed-RL's own ``== "gae"`` checks and
+    logs are unchanged; pickles with its settings (Ray sends it to the advantage task and the
+    actor workers).
+    """
+
+    settings: Dict[str, Any]
+
+    def __new__(cls, value: str, settings: Optional[Mapping[str, Any]] = None):
+        obj = super().__new__(cls, value)
+        obj.settings = dict(settings or {})
+        return obj
+
+    def __reduce__(self):
+        return (ConfiguredName, (str(self), self.settings))
+
+
+def settings_of(value) -> Dict[str, Any]:
+    """The rlhf_ext settings carried by ``value`` ({} for a plain string: MindSpeed-RL behaviour)."""
+    return dict(getattr(value, "settings", None) or {})
+
+
+def _choices(names: Sequence[str]) -> str:
+    return ", ".join(names)
+
+
+def available_estimators() -> List[str]:
+    from rlhf_ext.algorithms import available_advantages
+
+    return list(MINDSPEED_ESTIMATORS) + [n for n in available_advantages() if n not in MINDSPEED_ESTIMATORS]
+
+
+def check_estimator(name, options) -> Dict[str, Any]:
+    valid = available_estimators()
+    if not isinstance(name, str) or name not in valid:
+        raise ConfigError(f"rl_config.adv_estimator={name!r} is not a known advantage estimator; valid: {_choices(valid)}")
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"rl_config.adv_estimator_options must be a mapping like {{k: 4}}, got {options!r}")
+    options = {str(k): v for k, v in options.items()}
+    if name in MINDSPEED_ESTIMATORS:
+        if options:
+            raise ConfigError(
+                f"rl_config.adv_estimator_options {options} given, but MindSpeed-RL's own {name!r} takes no options"
+            )
+        return options
+    import inspect
+
+    from rlhf_ext.algorithms import get_advantage
+
+    fn = get_advantage(name)
+    params = inspect.signature(fn).parameters
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    named = [p for p, v in params.items() if v.kind == v.KEYWORD_ONLY]
+    for key in options:
+        if key not in named and not takes_kwargs:
+            raise ConfigError(
+                f"rl_config.adv_estimator_options: {name!r} has no option {key!r}; it takes: {_choices(named) or '(none)'}"
+            )
+    if name == "passk" and "k" not in options:
+        raise ConfigError("rl_config.adv_estimator=passk needs rl_config.adv_estimator_options.k (e.g. {k: 4})")
+    return options
+
+
+def check_policy_loss(value) -> Optional[str]:
+    if value is None:
+        return None
+    if value not in POLICY_LOSS_TYPES:
+        raise ConfigError(f"rl_config.policy_loss_type={value!r} is not known; valid: {_choices(POLICY_LOSS_TYPES)}")
+    return value
+
+
+def check_loss_agg(mode, max_len) -> Tuple[Optional[str], Optional[int]]:
+    from rlhf_ext.algorithms import LOSS_AGG_MODES
+
+    if mode is not None and mode not in LOSS_AGG_MODES:
+        raise ConfigError(f"rl_config.loss_agg_mode={mode!r} is not known; valid: {_choices(LOSS_AGG_MODES)}")
+    if max_len is not None:
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ConfigError(f"rl_config.loss_agg_max_len must be a positive integer, got {max_len!r}")
+        if mode != "seq-mean-token-sum-norm":
+            raise ConfigError("rl_config.loss_agg_max_len is only used by loss_agg_mode=seq-mean-token-sum-norm")
+    return mode, max_len
+
+
+def check_kl(penalty, clip) -> Optional[Tuple[float, float]]:
+    """Validate ``kl_penalty`` and ``kl_clip``; returns the clip: None = MindSpeed-RL's, () = no clamp."""
+    valid = MINDSPEED_KL_PENALTIES + RLHF_EXT_KL_PENALTIES
+    if penalty not in valid:
+        raise ConfigError(f"rl_config.kl_penalty={penalty!r} is not a known KL estimator; valid: {_choices(valid)}")
+    if clip is None:
+        return None
+    if isinstance(clip, str):
+        if clip.strip().lower() == "none":
+            return ()
+        raise ConfigError(f"rl_config.kl_clip must be [lo, hi] or none, got {clip!r}")
+    try:
+        values = list(clip)
+    except TypeError:
+        raise ConfigError(f"rl_config.kl_clip must be [lo, hi] or none, got {clip!r}") from None
+    if len(values) != 2:
+        raise ConfigError(f"rl_config.kl_clip must be [lo, hi] or none, got {clip!r}")
+    try:
+        lo, hi = float(values[0]), float(values[1])
+    except (TypeError, ValueError):
+        raise ConfigError(f"rl_config.kl_clip must hold two numbers, got {clip!r}") from None
+    if not lo < hi:
+        raise ConfigError(f"rl_config.kl_clip needs lo < hi, got [{lo}, {hi}]")
+    return (lo, hi)
+
+
+def check_verifiers(functions, weights) -> List[str]:
+    """Every name must be MindSpeed-RL's or ``rlhf_ext:SPEC`` with a valid spec; returns the rlhf_ext specs."""
+    from rlhf_ext.rewards import parse_reward_spec
+
+    if isinstance(functions, str) or not isinstance(functions, Sequence):
+        raise ConfigError(f"rl_config.verifier_function must be a list of names, got {functions!r}")
+    specs = []
+    for name in functions:
+        if isinstance(name, str) and name.startswith(REWARD_PREFIX):
+            spec = name[len(REWARD_PREFIX):]
+            try:
+                parse_reward_spec(spec)
+            except ValueError as exc:  # UnknownRewardError is a ValueError and lists the names
+                raise ConfigError(f"rl_config.verifier_function entry {name!r}: {exc}") from None
+            specs.append(spec)
+        elif name not in MINDSPEED_VERIFIERS:
+            from rlhf_ext.rewards import REWARD_PRESETS, available_rewards
+
+            raise ConfigError(
+                f"rl_config.verifier_function entry {name!r} is not a known reward; MindSpeed-RL's: "
+                f"{_choices(MINDSPEED_VERIFIERS)}; rlhf_ext's: "
+                f"{_choices(REWARD_PREFIX + n for n in list(REWARD_PRESETS) + available_rewards())}"
+            )
+    if weights is not None and len(weights) != len(functions):
+        raise ConfigError(
+            f"rl_config.verifier_weight has {len(weights)} entries for {len(functions)} verifier_function entries"
+        )
+    return specs
+
+
+def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str, Any]]:
+    """Split the rlhf_ext keys off an ``rl_config`` dict and validate every value rlhf_ext extends.
+
+    Returns ``(dict for MindSpeed-RL's own RLConfig, rlhf_ext settings)``; raises :class:`ConfigError`.
+    Values not given take RLConfig 2.1.0's defaults for the checks.
+    """
+    source = dict(config_dict or {})
+    ours = {key: source.pop(key) for key in NEW_KEYS if key in source}
+    ours = {k: (_plain(v)) for k, v in ours.items()}
+    estimator = source.get("adv_estimator", "group_norm")
+    settings: Dict[str, Any] = {}
+    options = check_estimator(estimator, ours.get("adv_estimator_options"))
+    if options:
+        settings["adv_estimator_options"] = options
+    loss_type = check_policy_loss(ours.get("policy_loss_type"))
+    mode, max_len = check_loss_agg(ours.get("loss_agg_mode"), ours.get("loss_agg_max_len"))
+    clip = check_kl(source.get("kl_penalty", "low_var_kl"), ours.get("kl_clip"))
+    for key, value in (("policy_loss_type", loss_type), ("loss_agg_mode", mode), ("loss_agg_max_len", max_len)):
+        if value is not None:
+            settings[key] = value
+    if clip is not None:
+        settings["kl_clip"] = list(clip) if clip else "none"
+    check_verifiers(_plain(source.get("verifier_function", ["base_acc"])), _plain(source.get("verifier_weight", [1.0])))
+    return source, settings
+
+
+def kl_clip_of(settings: Mapping[str, Any]):
+    """``None`` (MindSpeed-RL's own clamp), ``"none"`` (no clamp) or ``(lo, hi)``."""
+    value = settings.get("kl_clip")
+    if value is None or value == "none":
+        return value
+    return tuple(float(v) for v in value)
+
+
+def _plain(value):
+    """OmegaConf containers (Hydra) -> plain Python values, without importing omegaconf when absent."""
+    to_container = getattr(type(value), "__module__", "").startswith("omegaconf")
+    if to_container:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def make_rlconfig_init(original, module):
+    """``RLConfig.__init__`` that accepts and validates the plugin's keys (seam: ``rl_config.RLConfig``)."""
+    import functools
+
+    @functools.wraps(original)
+    def __init__(self, config_dict):
+        if config_dict is None:
+            return original(self, config_dict)
+        rest, settings = extract_and_validate(config_dict)
+        original(self, rest)
+        for key in NEW_KEYS:
+            # Present on every RLConfig so rl_config.dict() (the trainer's **kwargs) always has them.
+            setattr(self, key, settings.get(key))
+        if settings:
+            self.adv_estimator = ConfiguredName(self.adv_estimator, settings)
+            self.kl_penalty = ConfiguredName(self.kl_penalty, settings)
+
+    return __init__

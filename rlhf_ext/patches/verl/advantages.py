@@ -1,0 +1,127 @@
+"""rlhf_ext's advantage estimators under verl's estimator calling convention.
+
+verl (``verl.trainer.ppo.ray_trainer.compute_advantage``) calls a registered estimator as
+``fn(token_level_rewards=[B, T], response_mask=[B, T], config=<algorithm config>, index=<uid per
+row>, ...)`` and expects ``(advantages, returns)``, both ``[B, T]``. Rows of one prompt share a
+``uid`` and can sit anywhere in the batch (verl groups by ``uid``, not by position). This adapter:
+
+1. takes each row's outcome ``r = sum_t token_level_rewards`` (verl's own outcome estimators do
+   the same; with ``algorithm.use_kl_in_reward`` the KL penalty is already in those rewards);
+2. groups rows by ``uid`` into ``[prompts, n]`` (groups of different sizes are estimated in
+   separate calls, one per size, so a batch with a dropped sample still works);
+3. calls the rlhf_ext estimator with the options under ``algorithm.rlhf_ext`` -- the formulas live
+   in :mod:`rlhf_ext.algorithms` and are cited there;
+4. spreads each advantage over its response tokens (``A * response_mask``); REINFORCE++ and
+   REINFORCE++-baseline then whiten over every response token of the batch
+   (:func:`rlhf_ext.algorithms.whiten`), as their paper and verl's own implementation do.
+
+Returns equal advantages, as for verl's other outcome estimators.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import torch
+
+from .names import OPTIONS_KEY, WHITENED_ESTIMATORS, verl_name
+
+
+def _as_plain(value: Any) -> Any:
+    """OmegaConf containers -> dicts/lists (options reach the estimator as plain Python values)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - verl always has omegaconf
+        pass
+    return value
+
+
+def estimator_options(config: Any, name: str, estimator: Callable) -> Dict[str, Any]:
+    """``algorithm.rlhf_ext`` as keyword options for ``estimator``; unknown keys raise ``ValueError``."""
+    raw = None
+    if config is not None:
+        getter = getattr(config, "get", None)
+        raw = getter(OPTIONS_KEY, None) if getter is not None else getattr(config, OPTIONS_KEY, None)
+    raw = _as_plain(raw)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"algorithm.{OPTIONS_KEY} must be a mapping of estimator options "
+                         f"(e.g. +algorithm.{OPTIONS_KEY}.k=4), got {raw!r}")
+    options = {str(k): v for k, v in raw.items()}
+    params = inspect.signature(estimator).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return options
+    accepted = [p for p, v in list(params.items())[1:] if v.kind in (v.KEYWORD_ONLY, v.POSITIONAL_OR_KEYWORD)]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"advantage estimator {verl_name(name)!r} has no option {', '.join(map(repr, unknown))} "
+            f"(from algorithm.{OPTIONS_KEY}); it takes: {', '.join(accepted) or '(no options)'}"
+        )
+    return options
+
+
+def group_rows(index) -> "OrderedDict[Any, List[int]]":
+    """Row numbers of each ``uid``, groups in order of first appearance, rows in batch order."""
+    groups: "OrderedDict[Any, List[int]]" = OrderedDict()
+    for row, uid in enumerate(index):
+        groups.setdefault(uid.item() if hasattr(uid, "item") and not isinstance(uid, str) else uid, []).append(row)
+    return groups
+
+
+def outcome_advantages(name: str, estimator: Callable, scores: torch.Tensor, index,
+                       options: Mapping[str, Any]) -> torch.Tensor:
+    """Per-row advantages ``[B]`` from per-row outcomes ``[B]`` grouped by ``index``."""
+    if index is None:
+        raise ValueError(f"advantage estimator {verl_name(name)!r} needs verl's 'uid' groups "
+                         "(data.non_tensor_batch['uid']), and the batch has none")
+    if len(index) != scores.shape[0]:
+        raise ValueError(f"{verl_name(name)}: {scores.shape[0]} rows but {len(index)} uid entries")
+    by_size: "OrderedDict[int, List[List[int]]]" = OrderedDict()
+    for rows in group_rows(index).values():
+        by_size.setdefault(len(rows), []).append(rows)
+    out = torch.empty_like(scores)
+    for size, groups in by_size.items():
+        rows = torch.tensor(groups, dtype=torch.long, device=scores.device)  # [prompts, size]
+        try:
+            adv = estimator(scores[rows], **options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"advantage estimator {verl_name(name)!r} failed on groups of {size} "
+                             f"(algorithm.{OPTIONS_KEY} = {dict(options)}): {exc}") from exc
+        if not isinstance(adv, torch.Tensor) or adv.shape != rows.shape:
+            got = tuple(adv.shape) if isinstance(adv, torch.Tensor) else type(adv).__name__
+            raise ValueError(f"advantage estimator {verl_name(name)!r} returned {got} for scores of shape "
+                             f"{tuple(rows.shape)}")
+        out[rows.reshape(-1)] = adv.reshape(-1).to(out.dtype)
+    return out
+
+
+def make_verl_estimator(name: str, estimator: Callable) -> Callable:
+    """verl-convention wrapper of the rlhf_ext estimator ``name`` (registered as ``rlhf_ext_<name>``)."""
+
+    @torch.no_grad()
+    def verl_estimator(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
+                       config: Optional[Any] = None, **kwargs):
+        options = estimator_options(config, name, estimator)
+        scores = token_level_rewards.sum(dim=-1).to(torch.promote_types(token_level_rewards.dtype, torch.float32))
+        adv = outcome_advantages(name, estimator, scores, index, options)
+        token_adv = adv.unsqueeze(-1) * response_mask.to(adv.dtype)
+        if name in WHITENED_ESTIMATORS:
+            from rlhf_ext.algorithms import whiten
+
+            token_adv = whiten(token_adv, response_mask.bool())
+        token_adv = token_adv.to(token_level_rewards.dtype)
+        return token_adv, token_adv.clone()
+
+    verl_estimator.__name__ = f"rlhf_ext_{name}_advantage"
+    verl_estimator.__qualname__ = verl_estimator.__name__
+    verl_estimator.__doc__ = (f"rlhf_ext's {name!r} advantage estimator in verl's calling convention "
+                              f"(see rlhf_ext.patches.verl.advantages).\n\n{estimator.__doc__ or ''}")
+    verl_estimator.rlhf_ext_name = name
+    return verl_estimator

@@ -1,0 +1,58 @@
+"""The names rlhf_ext registers in verl, and the settings it reads.
+
+Everything rlhf_ext adds to verl's registries is named ``rlhf_ext_<rlhf_ext name>``: verl's own
+names (``grpo``, ``rloo``, ``grpo_passk``, ``vanilla``, ``gspo``, ...) keep their behaviour, and a
+run's config says which implementation it uses.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+PREFIX = "rlhf_ext_"
+
+# The verl releases this glue was written against (core_algos' registries and calling conventions).
+SUPPORTED_SERIES = ((0, 9),)
+SUPPORTED_DESCRIPTION = "0.9.x"
+ALLOW_UNSUPPORTED_ENV = "RLHF_EXT_ALLOW_UNSUPPORTED_VERL"
+
+# Where estimator options live in verl's config: ``+algorithm.rlhf_ext.<option>=<value>``.
+OPTIONS_KEY = "rlhf_ext"
+
+# KL clamp for verl's KL penalties: "LO,HI" or "none"; unset leaves verl's kl_penalty untouched.
+KL_CLIP_ENV = "RLHF_EXT_VERL_KL_CLIP"
+
+# REINFORCE++ (arXiv 2501.03262) whitens token advantages over the whole batch after the
+# estimator, as verl's own reinforce_plus_plus does; the other estimators are outcome-only.
+WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
+
+
+def verl_name(rlhf_ext_name: str) -> str:
+    """``"passk"`` -> ``"rlhf_ext_passk"``."""
+    return PREFIX + rlhf_ext_name
+
+
+def parse_kl_clip(text: Optional[str]) -> Optional[Tuple[float, float]]:
+    """``"-5,5"`` -> (-5.0, 5.0); ``"none"`` -> None. ``ValueError`` names the variable on bad input."""
+    if text is None:
+        raise ValueError(f"{KL_CLIP_ENV} is not set")
+    value = text.strip()
+    if value.lower() == "none":
+        return None
+    parts = [p.strip() for p in value.replace(" ", ",").split(",") if p.strip()]
+    if len(parts) != 2:
+        raise ValueError(f"{KL_CLIP_ENV} must be 'LO,HI' (e.g. '-5,5') or 'none', got {text!r}")
+    try:
+        lo, hi = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ValueError(f"{KL_CLIP_ENV} must be two numbers 'LO,HI' or 'none', got {text!r}") from None
+    if not lo < hi:
+        raise ValueError(f"{KL_CLIP_ENV} needs LO < HI, got {text!r}")
+    return lo, hi
+
+
+def kl_clip_setting():
+    """The raw ``RLHF_EXT_VERL_KL_CLIP`` value, or None when unset/blank."""
+    value = os.environ.get(KL_CLIP_ENV, "")
+    return value if value.strip() else None

@@ -1,0 +1,91 @@
+"""rlhf_ext's policy losses under verl's policy-loss calling convention.
+
+verl's actor (``verl.workers.utils.losses`` / ``dp_actor``) looks the loss up with
+``get_policy_loss_fn(actor.policy_loss.loss_mode)`` and calls ``fn(old_log_prob, log_prob,
+advantages, response_mask, loss_agg_mode, config=<actor config>, rollout_is_weights=None)``,
+expecting ``(scalar loss, {metric: float})``. This adapter:
+
+1. maps verl's actor settings onto the loss's own options, for the options the loss has:
+   ``clip_ratio_low`` / ``clip_ratio_high`` (falling back to ``clip_ratio``) -> ``eps_low`` /
+   ``eps_high``, ``clip_ratio_c`` -> ``dual_clip``;
+2. computes the per-token loss with the rlhf_ext function (formulas and papers in
+   :mod:`rlhf_ext.algorithms.policy_losses`), multiplied by verl's rollout-correction weights when
+   given, as verl's own losses do;
+3. reduces it with verl's own ``agg_loss`` and the actor's ``global_batch_info`` (data-parallel
+   size, global token and sequence counts) and ``loss_scale_factor``, so every verl aggregation
+   mode (``token-mean``, ``token-sum``, ``seq-mean-token-sum``, ``seq-mean-token-mean``,
+   ``seq-mean-token-sum-norm``) means exactly what it means for verl's losses;
+4. reports the loss's metrics as ``actor/<metric>`` floats (``ppo_kl`` as verl's ``actor/ppo_kl``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+# verl actor setting -> the rlhf_ext loss option it sets (when the loss has that option).
+_CLIP_LOW, _CLIP_HIGH, _DUAL = "eps_low", "eps_high", "dual_clip"
+
+
+def _get(config: Any, key: str, default=None):
+    if config is None:
+        return default
+    getter = getattr(config, "get", None)
+    value = getter(key, default) if getter is not None else getattr(config, key, default)
+    return default if value is None else value
+
+
+def loss_options(config: Any, loss: Callable) -> Dict[str, Any]:
+    """The rlhf_ext loss options that verl's actor config determines."""
+    params = inspect.signature(loss).parameters
+    options: Dict[str, Any] = {}
+    clip = _get(config, "clip_ratio")
+    low = _get(config, "clip_ratio_low", clip)
+    high = _get(config, "clip_ratio_high", clip)
+    if _CLIP_LOW in params and low is not None:
+        options[_CLIP_LOW] = float(low)
+    if _CLIP_HIGH in params and high is not None:
+        options[_CLIP_HIGH] = float(high)
+    dual = _get(config, "clip_ratio_c")
+    if _DUAL in params and dual is not None:
+        options[_DUAL] = float(dual)
+    return options
+
+
+def global_batch_kwargs(config: Any) -> Dict[str, Any]:
+    """``agg_loss`` keyword arguments from the actor config (global counts, dp size, norm constant)."""
+    kwargs = dict(_get(config, "global_batch_info", {}) or {})
+    scale = _get(config, "loss_scale_factor")
+    if scale is not None:
+        kwargs["loss_scale_factor"] = scale
+    return kwargs
+
+
+def make_verl_policy_loss(name: str, loss: Callable, agg_loss: Callable) -> Callable:
+    """verl-convention wrapper of the rlhf_ext loss ``name``; ``agg_loss`` is verl's ``core_algos.agg_loss``."""
+
+    def verl_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                         response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config: Optional[Any] = None,
+                         rollout_is_weights: Optional[torch.Tensor] = None):
+        options = loss_options(config, loss)
+        try:
+            per_token, metrics = loss(log_prob, old_log_prob, advantages, response_mask.bool(), **options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"policy loss 'rlhf_ext_{name}' failed (options from the actor config: "
+                             f"{options}): {exc}") from exc
+        if rollout_is_weights is not None:
+            per_token = per_token * rollout_is_weights
+        pg_loss = agg_loss(loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
+                           **global_batch_kwargs(config))
+        out = {f"actor/{key}": float(value.detach().item()) if isinstance(value, torch.Tensor) else float(value)
+               for key, value in metrics.items()}
+        return pg_loss, out
+
+    verl_policy_loss.__name__ = f"rlhf_ext_{name}_policy_loss"
+    verl_policy_loss.__qualname__ = verl_policy_loss.__name__
+    verl_policy_loss.__doc__ = (f"rlhf_ext's {name!r} policy loss in verl's calling convention "
+                                f"(see rlhf_ext.patches.verl.policy_loss).\n\n{loss.__doc__ or ''}")
+    verl_policy_loss.rlhf_ext_name = name
+    return verl_policy_loss

