@@ -223,7 +223,8 @@ def _ray_cli() -> str:
 
 
 def _ray_submit_cmd(cmd: List[str], address: str, submission_id: str, snap: Path, env: Dict[str, str]) -> List[str]:
-    runtime_env = {"py_modules": [str(snap / "code" / "rlhf_ext")], "env_vars": dict(env)}
+    # PYTHONSAFEPATH: the job's working directory must not shadow the snapshot (see Runner.env_for)
+    runtime_env = {"py_modules": [str(snap / "code" / "rlhf_ext")], "env_vars": {"PYTHONSAFEPATH": "1", **env}}
     return [_ray_cli(), "job", "submit", "--address", address, "--submission-id", submission_id,
             "--runtime-env-json", json.dumps(runtime_env), "--", *cmd]
 
