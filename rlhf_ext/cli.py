@@ -165,6 +165,104 @@ def _run_smoke(args: argparse.Namespace) -> int:
     return smoke_main(args.smoke_args)
 
 
+# --- queue ---------------------------------------------------------------------------------------
+
+
+_QUEUE_EPILOG = """\
+examples:
+  rlhf-ext tiny-task --output runs/tiny
+  rlhf-ext queue run examples/suites/eight_algorithms_tiny.toml --output runs/q8 --dry-run
+  rlhf-ext queue run examples/suites/eight_algorithms_tiny.toml --output runs/q8
+  rlhf-ext queue status runs/q8
+  rlhf-ext queue stop runs/q8                  # or Ctrl-C in the runner's terminal
+  rlhf-ext queue run examples/suites/eight_algorithms_tiny.toml --output runs/q8 --retry-failed
+
+Rules: the output directory is new, or this queue's own (to continue after the done runs); one run
+at a time; the first failure stops the queue; a run is done only if every command exited 0 and
+every path of its 'expect' exists. See docs/queue.md.
+"""
+
+
+def _add_queue(subparsers) -> None:
+    p = subparsers.add_parser(
+        "queue",
+        help="run a suite of training runs one after another, with a snapshot and a manifest",
+        description="Run the runs of a suite file one at a time (snapshot of code, suite and inputs first; "
+                    "manifest.json rewritten atomically), show a queue's state, or stop its runner.",
+        epilog=_QUEUE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="queue_command", metavar="ACTION")
+    sub.required = True
+    run = sub.add_parser("run", help="run (or continue) a suite", epilog=_QUEUE_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Run the suite's runs in order into --output; rerun the same command to "
+                                     "continue after the done runs.")
+    run.add_argument("suite", help="suite file (TOML), e.g. examples/suites/eight_algorithms_tiny.toml")
+    run.add_argument("--output", required=True, help="queue directory: new, or this queue's own to continue it")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print every command with its resolved paths, check the inputs exist; run nothing")
+    run.add_argument("--retry-failed", action="store_true",
+                     help="run failed / interrupted runs again (the old attempt is kept as runs/NAME.attemptK)")
+    run.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="submit each command to this Ray cluster with 'ray job submit' and follow it "
+                          "(e.g. http://head:8265)")
+    run.add_argument("--set", dest="sets", action="append", default=None, metavar="KEY=VALUE",
+                     help="override a suite variable, repeatable (e.g. --set tiny=runs/tiny)")
+    run.add_argument("--only", default=None, metavar="RUN,RUN",
+                     help="run only these runs of the suite (comma-separated names), in suite order")
+    run.set_defaults(handler=_run_queue_run)
+    st = sub.add_parser("status", help="print a queue's runs, statuses, exit codes and reasons")
+    st.add_argument("output", help="queue directory")
+    st.set_defaults(handler=_run_queue_status)
+    sp = sub.add_parser("stop", help="stop a queue's runner: its running command is killed, the run marked "
+                                     "interrupted")
+    sp.add_argument("output", help="queue directory")
+    sp.add_argument("--wait", type=_positive_float, default=60.0,
+                    help="seconds to wait for the runner to finish stopping (default: 60)")
+    sp.set_defaults(handler=_run_queue_stop)
+
+
+def _queue_errors():
+    from .queue import ManifestError, QueueError, QueueLockedError, SuiteError
+
+    return (ManifestError, QueueError, QueueLockedError, SuiteError)
+
+
+def _run_queue_run(args: argparse.Namespace) -> int:
+    from .queue import dry_run, run_queue
+
+    only = [n for n in args.only.split(",") if n] if args.only else None
+    try:
+        if args.dry_run:
+            return dry_run(args.suite, args.output, sets=args.sets, only=only, ray_address=args.ray_address)
+        return run_queue(args.suite, args.output, sets=args.sets, only=only, retry_failed=args.retry_failed,
+                         ray_address=args.ray_address)
+    except _queue_errors() as exc:
+        print(f"rlhf-ext queue: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_queue_status(args: argparse.Namespace) -> int:
+    from .queue import status
+
+    try:
+        return status(args.output)
+    except _queue_errors() as exc:
+        print(f"rlhf-ext queue: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_queue_stop(args: argparse.Namespace) -> int:
+    from .queue import stop
+
+    try:
+        return stop(args.output, wait=args.wait)
+    except _queue_errors() as exc:
+        print(f"rlhf-ext queue: error: {exc}", file=sys.stderr)
+        return 2
+
+
 # --- report --------------------------------------------------------------------------------------
 
 
@@ -338,7 +436,7 @@ def _run_runs_export(args: argparse.Namespace) -> int:
 
 
 _SUBCOMMANDS = (_add_reward_server, _add_reward_file, _add_tiny_task, _add_smoke, _add_runs, _add_report, _add_data,
-                _add_alignment)
+                _add_alignment, _add_queue)
 
 
 def build_parser() -> argparse.ArgumentParser:

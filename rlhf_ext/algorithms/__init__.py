@@ -26,8 +26,9 @@ from .registry import (
     register_kl_estimator,
     register_policy_loss,
 )
-from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rloo, whiten
-from .policy_losses import gspo, ppo
+from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
+from .policy_losses import gspo, noclip, pg, ppo
+from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import k1, k2, k3, kl_estimate
 from .dapo import overlong_penalty, zero_variance_groups
@@ -53,9 +54,15 @@ __all__ = [
     "reinforce_pp_baseline",
     "passk",
     "maxrl",
+    "rft",
     "whiten",
     "ppo",
     "gspo",
+    "pg",
+    "noclip",
+    "UpdateCounter",
+    "has_signal",
+    "zero_advantage_rows",
     "LOSS_AGG_MODES",
     "aggregate_loss",
     "k1",

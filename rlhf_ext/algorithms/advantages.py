@@ -8,6 +8,7 @@ response, batch whitening for the REINFORCE++ family) belongs to the caller; see
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -168,6 +169,29 @@ def maxrl(scores) -> torch.Tensor:
     mean = _group_mean(scores)
     safe = torch.where(mean > 0, mean, torch.ones_like(mean))
     return torch.where(mean > 0, (scores - mean) / safe, torch.zeros_like(scores))
+
+
+@register_advantage("rft")
+def rft(scores, *, threshold: float = 1.0) -> torch.Tensor:
+    """Rejection-sampling fine-tuning (RFT; Yuan et al. 2023, "Scaling Relationship on Learning
+    Mathematical Reasoning with Large Language Models", arXiv 2308.01825; RAFT, Dong et al. 2023,
+    arXiv 2304.06767), as an advantage.
+
+    ``A_i = 1 if r_i >= threshold else 0``: the likelihood of the correct samples is raised and
+    the wrong ones are ignored, with no baseline (no group mean, no std). With the plain
+    policy-gradient loss (``pg``, ``-A log pi``) this is supervised fine-tuning on the accepted
+    samples. ``threshold`` (default 1.0) decides what counts as correct: with 0/1 correctness
+    scores (OpenRLHF: ``--algo.advantage.input score`` with rlhf_ext's math reward) the default
+    accepts exactly the correct samples; with a shaped reward (correctness 1.0 + format 0.2 -
+    truncation 0.5) 1.0 still accepts exactly the correct, untruncated answers. Pass e.g.
+    ``threshold=0.5`` for scores in [0, 1] that grade partial credit. Works with one sample per
+    prompt. A batch with no accepted sample has advantage 0 everywhere (a zero-advantage update,
+    counted by :class:`rlhf_ext.algorithms.UpdateCounter`).
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise ValueError(f"rft: threshold must be a finite number, got {threshold!r}")
+    scores = check_scores(scores, min_group_size=1, estimator="rft")
+    return (scores >= threshold).to(scores.dtype)
 
 
 def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, shift_mean: bool = True) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Per-token policy-gradient losses: PPO's clipped surrogate (with clip-higher and dual clip) and GSPO.
+"""Per-token policy-gradient losses: PPO's clipped surrogate (with clip-higher and dual clip), GSPO,
+the plain policy gradient without a ratio (``pg``) and the unclipped-ratio surrogate (``noclip``).
 
 Each loss is ``fn(log_probs, old_log_probs, advantages, mask, **options) -> (per_token_loss,
 metrics)`` with ``[B, T]`` tensors. The reduction to a scalar is separate
@@ -135,3 +136,70 @@ def gspo(
         "ppo_kl": _masked_mean(-(log_probs - old_log_probs), maskb),
     }
     return _masked(loss, maskb), metrics
+
+
+def _ratio_metrics(log_ratio: torch.Tensor, maskb: torch.Tensor) -> Metrics:
+    return {
+        "ppo_kl": _masked_mean(-log_ratio.detach(), maskb),
+        "ratio_mean": _masked_mean(torch.exp(log_ratio.detach()), maskb),
+        "ratio_max": torch.where(maskb, torch.exp(log_ratio.detach()), log_ratio.new_full((), float("-inf"))).max(),
+    }
+
+
+@register_policy_loss("pg")
+def pg(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    log_ratio_clip: Optional[float] = 20.0,
+) -> Tuple[torch.Tensor, Metrics]:
+    """Plain policy gradient without an importance ratio: ``L = -A log pi`` (REINFORCE, Williams
+    1992; the score-function estimator ``grad J = E[A grad log pi]``).
+
+    On-policy (``pi = pi_old``) its gradient equals that of the ratio losses: ``grad(-A pi/pi_old)
+    = -A (pi/pi_old) grad log pi = -A grad log pi``. After the first optimizer step on a rollout
+    batch the data is off-policy and this loss ignores it (no correction, no clipping): the
+    "naive" off-policy baseline. With the ``rft`` advantage (0/1) it is the log-likelihood of the
+    accepted samples, i.e. rejection-sampling fine-tuning.
+
+    ``old_log_probs`` only feeds the metrics: ``ppo_kl`` (k1 estimate of KL(pi_old || pi)),
+    ``ratio_mean`` and ``ratio_max`` of ``pi / pi_old`` (``log_ratio_clip`` bounds the log-ratio
+    before ``exp`` in the metrics) -- how far off-policy the update has drifted.
+    """
+    maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+    loss = -advantages * log_probs
+    log_ratio = (log_probs - old_log_probs).detach()
+    if log_ratio_clip is not None:
+        log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    return _masked(loss, maskb), _ratio_metrics(log_ratio, maskb)
+
+
+@register_policy_loss("noclip")
+def noclip(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    log_ratio_clip: Optional[float] = 20.0,
+) -> Tuple[torch.Tensor, Metrics]:
+    """Importance-sampled policy gradient with the unclipped token ratio: ``L = -A rho``,
+    ``rho = pi / pi_old`` (the surrogate of TRPO/PPO before clipping; Schulman et al. 2015,
+    arXiv 1502.05477; 2017, arXiv 1707.06347).
+
+    ``grad L = -A rho grad log pi``: on-policy (``rho = 1``) the same gradient as :func:`pg`;
+    off-policy the ratio corrects for the data being sampled from ``pi_old``, with nothing
+    bounding its variance (PPO's clip is what this variant leaves out). ``log_ratio_clip``
+    (default 20, as :func:`ppo`) only bounds ``log rho`` before ``exp`` so a token cannot overflow
+    to Inf; within that range the ratio is not clipped (beyond it the token's gradient is 0).
+
+    Metrics: ``ppo_kl``, ``ratio_mean``, ``ratio_max``.
+    """
+    maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+    log_ratio = log_probs - old_log_probs
+    if log_ratio_clip is not None:
+        log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    loss = -advantages * torch.exp(log_ratio)
+    return _masked(loss, maskb), _ratio_metrics(log_ratio, maskb)

@@ -12,6 +12,8 @@ where                                          what                             
 ``ppo_actor.PolicyLoss`` (name)                registered losses, 4 aggregation modes       PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.__init__``         configures the loss from ``args``            PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.training_step``    KL settings, loss metrics                    PolicyModelActor
+``ppo_actor.ActorPPOTrainer.ppo_train``        zero-advantage update counts,               PolicyModelActor
+                                               attempted vs applied (:mod:`.updates`)
 ``ppo_actor.compute_approx_kl``                ``--algo.kl.clip`` for the KL loss           PolicyModelActor
 ``dpo_trainer.DPOTrainer``                     ``__init__``: SimPO loss (:mod:`.dpo`)       train_dpo ranks
 ``dpo_trainer.DPOTrainer``                     ``_get_batch_logps``: mean log-probs (SimPO) train_dpo ranks
@@ -145,6 +147,13 @@ PATCHES = (
         target="ActorPPOTrainer.training_step",
         params=("self", "experience", "kl_ctl", "step", "loss_batch_info"),
         make=_HERE + ".policy_loss:make_training_step",
+    ),
+    Patch(
+        name="zero-advantage update counts",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.ppo_train",
+        params=("self", "kl_ctl"),
+        make=_HERE + ".updates:make_ppo_train",
     ),
     Patch(
         name="KL clipping (KL loss)",

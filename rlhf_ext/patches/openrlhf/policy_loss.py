@@ -31,6 +31,7 @@ from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
+from .updates import record_micro_batch
 
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -200,6 +201,7 @@ def make_training_step(original, module=None):
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
         with kl_settings(self.args) as ctx:
             status = original(self, experience, kl_ctl, step, loss_batch_info)
+        record_micro_batch(self, experience, step)
         metrics, weights = status["metrics"], status["weights"]
         for key, value in getattr(self.actor_loss_fn, "last_metrics", {}).items():
             if key not in metrics:
