@@ -88,19 +88,11 @@ def expected_traces(run_dirs):
 
 
 def short_runs(root: Path):
-    """The ``short`` scenario: real tiny-task runs when committed, else their synthetic stand-in."""
-    if (TINY / "runs").is_dir():
-        return sorted((TINY / "runs").iterdir()), [TINY / "evals"]
-    runs = [write_synthetic_run(root / name, steps=24, seed=seed, estimator=name, samples_per_step=32, max_len=16,
-                                start_rate=0.25, final_rate=0.35, mismatch=False, step_seconds=7.0,
-                                omit=["train/entropy_loss"],
-                                extra_args={"actor.model_name_or_path": "/smoke/task/model"})
-            for seed, name in enumerate(("grpo", "dr_grpo"))]
-    evals = root / "evals"
-    write_synthetic_eval(evals / "base", model="/smoke/task/model", accuracy=0.25, problems=64, seed=0)
-    for i, (run, acc) in enumerate(zip(runs, (0.31, 0.33)), 1):
-        write_synthetic_eval(evals / f"{run.name}_after", model=run / "final", accuracy=acc, problems=64, seed=i)
-    return runs, [evals]
+    """The ``short`` scenario: two real 24-step tiny-task runs (GRPO and Dr.GRPO, made by the main job,
+    ``python -m rlhf_ext.smoke``) and their evaluations, copied by ``tests/data/report_tiny/make_fixture.py``."""
+    runs = sorted((TINY / "runs").iterdir())
+    assert [r.name for r in runs] == ["dr_grpo", "grpo"], runs
+    return runs, [TINY / "evals"]
 
 
 @pytest.fixture(scope="session")
