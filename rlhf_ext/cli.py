@@ -347,6 +347,10 @@ def _add_data(subparsers) -> None:
 
 def _run_data(args: argparse.Namespace) -> int:
     from .data.cli import run
+
+    return run(args)
+
+
 # --- alignment -----------------------------------------------------------------------------------
 
 

@@ -68,10 +68,10 @@ def main(argv=None) -> int:
         opts = {"eps_low": 0.2, "eps_high": 0.28} if name == "ppo" else {}
         per_tok, metrics = get_policy_loss(name)(new, old, adv_tok, mask, **opts)
         aggs = [aggregate_loss(per_tok, mask, mode, max_len=max_len).item() for mode in LOSS_AGG_MODES]
-        print(
-            f"  {name:<6}{metrics['clip_frac_low'].item():>10.3f}{metrics['clip_frac_high'].item():>10.3f}   "
-            + "".join(f"{a:>26.4f}" for a in aggs)
-        )
+        # losses without a clip (pg, noclip) report no clip fractions
+        clips = "".join(f"{metrics[k].item():>10.3f}" if k in metrics else f"{'-':>10}"
+                        for k in ("clip_frac_low", "clip_frac_high"))
+        print(f"  {name:<6}{clips}   " + "".join(f"{a:>26.4f}" for a in aggs))
 
     print("\nKL(pi || ref) per estimator, mean over tokens, clipped to [-0.2, 0.2]:")
     for name in available_kl_estimators():

@@ -157,6 +157,9 @@ def train_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         "RAY_DEDUP_LOGS": "0",  # keep every process's activation line
         "RAY_USAGE_STATS_ENABLED": "0",
         "TOKENIZERS_PARALLELISM": "false",
+        # vLLM's engine and worker processes announce themselves in INFO lines ("(EngineCore pid=N)"):
+        # the log is the run's diagnostic record, whatever a quieter caller set
+        "VLLM_LOGGING_LEVEL": "INFO",
     })  # fmt: skip
     env.pop("RAY_ADDRESS", None)  # always a private local cluster, shut down with the driver
     return env
