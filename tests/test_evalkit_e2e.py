@@ -184,9 +184,7 @@ def test_ctrl_c_then_resume_on_two_engines_reproduces_the_uninterrupted_run(run_
     assert "| math500 | 8 | avg@n |" in md.stdout and "within noise" in md.stdout
 
 
-def test_changed_prompt_is_refused_before_any_engine_starts(run_a, tiny_model, tmp_path, capsys):
-    from rlhf_ext.evalkit.cli import main as evalkit_main
-
+def test_changed_prompt_is_refused_before_any_engine_starts(run_a, tiny_model, tmp_path):
     out_a, _ = run_a
     out = tmp_path / "edited"
     out.mkdir()
@@ -198,10 +196,14 @@ def test_changed_prompt_is_refused_before_any_engine_starts(run_a, tiny_model, t
         if r["problem_id"] == pid:
             r["prompt"] = "<|im_start|>user\nan older chat template<|im_end|>\n"
     (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    rc = evalkit_main(["math500", "--model", str(tiny_model), *map(str, SMALL), "--output", str(out)])
-    assert rc == 2
-    assert f"the stored prompt of math500 problem {pid} differs" in capsys.readouterr().err
-    assert "vllm" not in sys.modules  # refused before an engine was even imported
+    # a fresh interpreter, so that "vllm not imported" speaks of this call alone
+    argv = ["math500", "--model", str(tiny_model), *map(str, SMALL), "--output", str(out)]
+    code = ("import json, sys; from rlhf_ext.evalkit.cli import main; rc = main(json.loads(sys.argv[1])); "
+            "print('vllm imported:', 'vllm' in sys.modules); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"the stored prompt of math500 problem {pid} differs" in proc.stderr
+    assert "vllm imported: False" in proc.stdout  # refused before an engine was even imported
 
 
 def test_engine_arguments_on_cpu(tiny_model, monkeypatch):
