@@ -87,9 +87,12 @@ def before_actor_class(callback) -> None:
 def make_ray_remote(original):
     @functools.wraps(original)
     def remote(*args, **kwargs):
-        if len(args) == 1 and not kwargs and isinstance(args[0], type):
-            for callback in list(_before_actor_class):
-                callback(args[0])
+        # `@ray.remote` on a class or function: decorate now. A RemoteFunction is callable too, so
+        # only the options form (`ray.remote(num_cpus=1)`) returns a decorator to wrap.
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            if isinstance(args[0], type):
+                for callback in list(_before_actor_class):
+                    callback(args[0])
             return original(*args, **kwargs)
         decorator = original(*args, **kwargs)
         if not callable(decorator):
