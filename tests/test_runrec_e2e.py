@@ -64,7 +64,13 @@ def test_healthy_run_records_config_every_logged_metric_and_events(e2e_grpo_run,
         for key in ("train/policy_loss", "train/actor_grad_norm", "train/reward", "train/kl", "rollout/reward_mean",
                     "timing/step_total", "timing/generation", "train/reward/accuracy"):  # fmt: skip
             assert key in rec, key
-        assert rec["train/actor_grad_norm"] > 0 and "nonfinite" not in rec
+        # a step whose groups all have equal rewards has zero advantages, and on step 1 the KL term's
+        # gradient is zero too (policy == reference): a true norm of 0 there, not a stale one
+        assert "nonfinite" not in rec
+        if rec["train/zero_variance_group_frac"] < 1:
+            assert rec["train/actor_grad_norm"] > 0
+        else:
+            assert rec["train/actor_grad_norm"] >= 0
         assert rec["rlhf_ext/ds_skipped_steps"] == 0 and rec["rlhf_ext/guard/incidents"] == 0
         assert rec["rlhf_ext/guard/max_abs_log_ratio"] >= 0
         assert rec["elapsed_s"] > 0 and rec["time"] > config["started_at"]
