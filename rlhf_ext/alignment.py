@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from rlhf_ext.cli import _positive_int
+
 ROLLOUT_SETTINGS = {
     # name: (vLLM dtype, vLLM quantization)
     "bfloat16": ("bfloat16", None),
@@ -329,13 +331,6 @@ def _versions() -> Dict[str, Optional[str]]:
         except metadata.PackageNotFoundError:
             continue
     return versions
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..cli import _positive_int as _positive
 from .io import DataToolError
 
 
@@ -20,14 +21,6 @@ def _probability(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _parser(subparsers, name, help_text, description, example):
