@@ -44,7 +44,6 @@ ROLLOUT_SETTINGS = {
     "fp8": ("bfloat16", "fp8"),
 }
 TRAIN_DTYPES = ("bfloat16", "float16", "float32")
-DEFAULT_CPU_KV_CACHE_GIB = 0.5
 DEFAULT_THRESHOLD = 0.005
 TABLE_COLUMNS = (
     ("probs_diff_mean", "|dp| mean"),
@@ -129,11 +128,14 @@ def engine_kwargs(model: str, setting: str, max_model_len: int, seed: int, kv_ca
     if quantization:
         kwargs["quantization"] = quantization
     cpu = _on_cpu()
-    if kv_cache_gib is None and cpu:
-        kv_cache_gib = DEFAULT_CPU_KV_CACHE_GIB
     if kv_cache_gib is not None:
-        # an explicit size, not a fraction of what the machine reports
         kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * (1 << 30))
+    elif cpu:
+        # sized from the model as everywhere rlhf_ext starts vLLM on CPU, never from the machine
+        from rlhf_ext.npu.cpu_kv_cache import check_cpu_kv_cache, cpu_kv_cache_bytes
+
+        kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(model, max_model_len, dtype=dtype)
+        check_cpu_kv_cache(kwargs["kv_cache_memory_bytes"])
     if gpu_memory_utilization is not None:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
     if cpu:
@@ -360,7 +362,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda", "npu"), default=None,
                    help="device of the training forward (default: NPU, else CUDA, else CPU; RLHF_EXT_DEVICE overrides)")
     p.add_argument("--kv-cache-gib", type=_positive_float, default=None,
-                   help=f"vLLM KV cache size in GiB (default: {DEFAULT_CPU_KV_CACHE_GIB} on CPU, vLLM's own sizing on GPU/NPU)")
+                   help="vLLM KV cache size in GiB (default: on CPU from the model, as docs/smoke.md describes, and "
+                        "$RLHF_EXT_VLLM_KV_CACHE; vLLM's own sizing on GPU/NPU)")
     p.add_argument("--gpu-memory-utilization", type=_positive_float, default=None,
                    help="vLLM's GPU memory fraction (default: vLLM's)")
     p.add_argument("--threshold", type=_positive_float, default=DEFAULT_THRESHOLD,
