@@ -131,7 +131,10 @@ ALL_GATHER_WORKER = textwrap.dedent(
     # every rank weights the gathered rows differently; the input gradient is the sum over ranks
     w = torch.arange(12.0).reshape(4, 3) * (rank + 1)
     (y * w).sum().backward()
-    print(json.dumps([y.tolist(), x.grad.tolist()]))
+    print(json.dumps([y.tolist(), x.grad.tolist()]), flush=True)
+    # gloo aborts ("terminate called without an active exception") when one rank tears its
+    # process group down while the peer's connection is still in use: agree to stop first
+    dist.barrier()
     dist.destroy_process_group()
     """
 )
