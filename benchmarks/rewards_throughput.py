@@ -268,6 +268,154 @@ def parallel_headroom(data_dir: str, procs: int, n: int = 600) -> dict:
             "speedup": round(procs * single / parallel, 2)}
 
 
+# --- the reward path OpenRLHF really uses ------------------------------------------------------------
+
+CHAT_PROMPT = "<|im_start|>user\nSolve the problem. Put the final answer in \\boxed{{}}.\n{problem}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def group_corpus(data_dir: str, problems: int = 125, group: int = 8, start: int = 0):
+    """GRPO-style rollouts: ``group`` samples for each of the first ``problems`` MATH-500 problems, as a
+    policy writes them (several right with the same final answer, one in another spelling, wrong ones
+    that repeat, one without an answer), in the order a rollout finishes them (groups interleaved)."""
+    rows = _rows(data_dir, "math500.jsonl")[start:start + problems]
+    rng = random.Random(1)
+    out = []
+    for i, row in enumerate(rows):
+        ans = row["answer"]
+        prompt = CHAT_PROMPT.format(problem=row["problem"])
+        wrong = _wrong(ans)
+        samples = [("Let me think. Step %d ... so the final answer is $\\boxed{%s}$." % (k, ans), "correct")
+                   for k in range(3)]
+        samples.append((_equivalent(ans, i) or "The answer is $\\boxed{%s}$." % ans, "equivalent"))
+        samples += [("Computing ... we get \\boxed{%s}." % wrong, "wrong"), ("Hmm, so \\boxed{%s}." % wrong, "wrong"),
+                    ("Therefore \\boxed{%s}." % _wrong(wrong), "wrong"), (UNPARSEABLE[i % len(UNPARSEABLE)], "unparseable")]
+        for text, kind in samples[:group]:
+            out.append((prompt, text, ans, kind))
+    # a rollout's samples finish out of order, but close together per prompt
+    order = sorted(range(len(out)), key=lambda j: j // group * group + rng.random() * 3 * group)
+    return [out[j] for j in order]
+
+
+def math500_corpus(data_dir: str, corpus, n: int = 1000, start: int = 0):
+    """``n`` samples of the throughput corpus whose gold is a MATH-500 answer (right, wrong, another
+    spelling, or no answer; up to three per problem, spread out), as OpenRLHF queries."""
+    prompt = CHAT_PROMPT.format(problem="(a MATH-500 problem)")
+    golds = {row["answer"] for row in _rows(data_dir, "math500.jsonl")}
+    picked = [(prompt, r, g, k) for r, g, k in corpus if k in TRUTH and k != "misread" and g in golds]
+    return picked[start:start + n]
+
+
+def load_reward_file():
+    """The reward file loaded exactly as OpenRLHF 0.11.2 loads it (``openrlhf/utils/agent.py``:
+    ``importlib.util.spec_from_file_location("reward_func", path)``), from ``python -m rlhf_ext.rewards.path``."""
+    import importlib.util
+    import subprocess
+
+    path = subprocess.run([sys.executable, "-m", "rlhf_ext.rewards.path"], capture_output=True, text=True,
+                          check=True, cwd=REPO).stdout.strip()
+    spec = importlib.util.spec_from_file_location("reward_func", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def openrlhf_call_pattern(reward_func, items):
+    """What OpenRLHF's ``SingleTurnAgentExecutor._fetch_rewards_via_func`` does per finished sample:
+    ``await asyncio.to_thread(reward_func, [query], [prompt], [label])`` on the event loop's default
+    executor (min(32, CPUs + 4) threads); returns (wall seconds, per-sample outputs)."""
+    import asyncio
+
+    async def all_samples():
+        async def one(prompt, text, gold):
+            return await asyncio.to_thread(reward_func, [prompt + text + "<|im_end|>"], [prompt], [gold])
+
+        # timed inside the loop: a rollout actor's loop lives on; asyncio.run's own start and teardown
+        # (on Python 3.11 it reprs every result while restoring the SIGINT handler) are not the reward's
+        s = time.perf_counter()
+        outs = await asyncio.gather(*(one(p, t, g) for p, t, g, _ in items))
+        return time.perf_counter() - s, outs
+
+    return asyncio.run(all_samples())
+
+
+def _fresh_path_pool(module):
+    """Restart the reward file's grader pool (cold gold cache, like a new rollout actor) and warm it up."""
+    from rlhf_ext.rewards.openrlhf_protocol import scorer_from_env
+
+    scorer = scorer_from_env()
+    scorer.reward.grader.close()
+    grader = scorer.reward.grader.start()
+    warm = [(CHAT_PROMPT.format(problem="w"), "\\boxed{%d}" % k, str(k), "") for k in range(4 * grader.workers)]
+    openrlhf_call_pattern(module.reward_func, warm)
+    return grader
+
+
+def reward_path_section(args, corpus) -> dict:
+    """Sequential math-verify vs the reward file called per sample from threads (OpenRLHF's pattern) vs
+    the batch API, on two corpora, interleaved ``args.repeats`` times; medians reported."""
+    import statistics
+
+    module = load_reward_file()
+    corpora = {"groups of 8 (125 MATH-500 problems)": group_corpus(args.data),
+               "MATH-500 style (1000 samples)": math500_corpus(args.data, corpus)}
+    out = {}
+    for name, items in corpora.items():
+        walls = {"baseline": [], "reward_path": [], "batch_api": []}
+        agree = None
+        for rep in range(args.repeats):
+            s = time.perf_counter()
+            base = [baseline_grade(t, g) for _, t, g, _ in items]
+            walls["baseline"].append(time.perf_counter() - s)
+            grader = _fresh_path_pool(module)
+            wall, outs = openrlhf_call_pattern(module.reward_func, items)
+            walls["reward_path"].append(wall)
+            grader.close()
+            with MathGrader(timeout=args.timeout, workers=args.workers) as g:
+                g.start()
+                g.grade_batch(["\\boxed{%d}" % k for k in range(4 * g.workers)], [str(k) for k in range(4 * g.workers)])
+                s = time.perf_counter()
+                g.grade_batch([t for _, t, _, _ in items], [gg for _, _, gg, _ in items])
+                walls["batch_api"].append(time.perf_counter() - s)
+            comparable = [i for i, (_, t, g, _) in enumerate(items) if not rewrites(t, g)]
+            agree = (sum(bool(outs[i]["scores"][0]) == base[i] for i in comparable), len(comparable))
+            _progress(f"reward path, {name}", rep + 1, args.repeats)
+        med = {k: statistics.median(v) for k, v in walls.items()}
+        out[name] = {"samples": len(items), "golds": len({str(g) for _, _, g, _ in items}),
+                     "wall_s": {k: round(v, 3) for k, v in med.items()},
+                     "all_walls_s": {k: [round(x, 3) for x in v] for k, v in walls.items()},
+                     "reward_path_ratio": round(med["baseline"] / med["reward_path"], 2),
+                     "batch_api_ratio": round(med["baseline"] / med["batch_api"], 2),
+                     "agreement": f"{agree[0]}/{agree[1]}"}
+
+    # a hostile answer among 64 per-sample calls: what it adds to the wall time
+    ordinary = corpora["MATH-500 style (1000 samples)"][:63]
+    hostile = [(ordinary[0][0], PATHOLOGICAL[0], "1", "pathological")]
+    grader = _fresh_path_pool(module)
+    with_bad, _ = openrlhf_call_pattern(module.reward_func, ordinary[:32] + hostile + ordinary[32:])
+    grader = _fresh_path_pool(module)
+    without, _ = openrlhf_call_pattern(module.reward_func, ordinary)
+    grader.close()
+    out["hostile"] = {"wall_with_s": round(with_bad, 2), "wall_without_s": round(without, 2),
+                      "added_s": round(with_bad - without, 2), "limit_s": grader.timeout}
+    return out
+
+
+def print_reward_path(report: dict, workers: int) -> None:
+    print(f"\nreward path as OpenRLHF calls it (reward_func([query], [prompt], [label]) from asyncio.to_thread, "
+          f"{min(32, (os.cpu_count() or 1) + 4)} threads; {workers} grader workers); medians:")
+    print(f"{'':40s}{'samples':>8s}{'golds':>7s}{'seq. m-v s':>12s}{'per-sample s':>14s}{'ratio':>8s}"
+          f"{'batch API s':>13s}{'ratio':>8s}{'agree':>11s}")
+    for name, r in report.items():
+        if name == "hostile":
+            continue
+        w = r["wall_s"]
+        print(f"{name:40s}{r['samples']:8d}{r['golds']:7d}{w['baseline']:12.2f}{w['reward_path']:14.2f}"
+              f"{r['reward_path_ratio']:7.2f}x{w['batch_api']:13.2f}{r['batch_api_ratio']:7.2f}x{r['agreement']:>11s}")
+    h = report["hostile"]
+    print(f"64 per-sample calls, one hostile answer among them: {h['wall_with_s']} s vs {h['wall_without_s']} s "
+          f"without it (added {h['added_s']} s; limit {h['limit_s']:g} s)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=os.path.join(REPO, "..", "shared", "data"), help="benchmark data folder")
@@ -276,6 +424,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--no-calibration", action="store_true",
                         help="skip measuring how much parallel speedup this machine allows right now")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repetitions of the reward-path runs")
+    parser.add_argument("--reward-path-only", action="store_true",
+                        help="measure only the reward path OpenRLHF calls (per-sample calls from threads)")
     parser.add_argument("--_baseline-slice", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._baseline_slice:
@@ -304,6 +455,20 @@ def main(argv=None) -> int:
     warmup = [("\\boxed{1}", "1"), ("\\boxed{5 \\text{ cm}}", "5"), ("\\boxed{(1,2)}", "(1,2)")]
     for response, gold in warmup:  # units and intervals import parts of sympy lazily
         baseline_grade(response, gold)
+    if args.reward_path_only:
+        path_report = reward_path_section(args, corpus)
+        load_after = os.getloadavg()
+        print(f"\n{workers} grader workers on {os.cpu_count()} CPUs; load average {load_before[0]:.2f} -> "
+              f"{load_after[0]:.2f}")
+        if headroom:
+            print(f"machine headroom now: {headroom['processes']} independent baseline processes run "
+                  f"{headroom['speedup']:.2f}x the throughput of one (the ceiling for any parallel grader here)")
+        print_reward_path(path_report, workers)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"reward_path": path_report, "machine_parallel_headroom": headroom,
+                           "load_avg_before": load_before, "load_avg_after": load_after, "workers": workers}, f, indent=2)
+        return 0
 
     def started(timeout):
         g = MathGrader(timeout=timeout, workers=args.workers).start()
@@ -409,6 +574,7 @@ def main(argv=None) -> int:
         grader2.grade(responses[i], golds[i])
         single.append(time.perf_counter() - s)
     grader2.close()
+    path_report = reward_path_section(args, corpus)
     load_after = os.getloadavg()
 
     latencies = [done_at[i] - submitted_at[i] for i in range(len(corpus))]
@@ -493,6 +659,14 @@ def main(argv=None) -> int:
         "time added by pathological samples <= limit + 1 s": max(batch_deltas) <= args.timeout + 1,
         "grader right on every misread spelling": misread_report["grader_right"] == misread_report["samples"],
     }
+    print_reward_path(path_report, grader.workers)
+    main_path = path_report["MATH-500 style (1000 samples)"]
+    goals["reward path (per-sample calls from threads) >= 1.8x, MATH-500 style"] = main_path["reward_path_ratio"] >= 1.8
+    goals["reward path agrees 100%"] = all(r["agreement"].split("/")[0] == r["agreement"].split("/")[1]
+                                           for k, r in path_report.items() if k != "hostile")
+    goals["hostile answer adds <= limit + 1 s on the reward path"] = (path_report["hostile"]["added_s"]
+                                                                      <= args.timeout + 1)
+    report["reward_path"] = path_report
     for goal, ok in goals.items():
         print(f"  {'PASS' if ok else 'MISS'}  {goal}")
     if disagreements:

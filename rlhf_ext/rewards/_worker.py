@@ -7,7 +7,7 @@ multiprocessing's spawn/forkserver would re-import the parent's ``__main__``, e.
 in every worker).
 
 Messages are length-prefixed JSON (``multiprocessing.connection.Connection`` framing), never pickle:
-    request  ``[task_id, response, gold_text_or_null]``
+    request  ``[[task_id, response, gold_text_or_null], ...]``: a batch, graded in order
     replies  ``["ready", pid]`` once; ``["g", task_id]`` after a gold was parsed anew;
              ``[task_id, correct, extracted, gold_parsed, error]`` per sample.
 The parent kills the worker when a sample overruns its time limit; this process only has to exit
@@ -116,27 +116,36 @@ def serve(requests: Connection, replies: Connection, test_slow_parse: bool = Fal
     replies.send_bytes(json.dumps(["ready", os.getpid()]).encode())
     while True:
         try:
-            task_id, response, gold_text = json.loads(requests.recv_bytes())
+            batch = json.loads(requests.recv_bytes())
         except (EOFError, OSError):
             return
+        for task_id, response, gold_text in batch:
+            if not _grade_one(task_id, response, gold_text, replies, gold_cache, verdict_cache, test_slow_parse):
+                return
 
-        def gold_done(task_id=task_id):
-            replies.send_bytes(json.dumps(["g", task_id]).encode())
 
-        try:
-            out = grade_response(response, gold_text, gold_cache, on_gold_parsed=gold_done,
-                                 verdict_cache=verdict_cache, before_answer=slow_parse if test_slow_parse else None)
-            reply = [task_id, out["correct"], out["extracted"], out["gold_parsed"], None]
-        except MemoryError:
-            reply = [task_id, False, None, False, "MemoryError: the sample exceeded the worker's memory limit"]
-        except BaseException as exc:  # anything math-verify or sympy throws becomes a verdict
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            reply = [task_id, False, None, False, f"{type(exc).__name__}: {str(exc)[:300]}"]
-        try:
-            replies.send_bytes(json.dumps(reply).encode())
-        except (BrokenPipeError, OSError):
-            return
+def _grade_one(task_id, response, gold_text, replies, gold_cache, verdict_cache, test_slow_parse) -> bool:
+    """Grade one sample and send its verdict; False when the parent is gone."""
+    from .math_verify_recipe import grade_response
+
+    def gold_done():
+        replies.send_bytes(json.dumps(["g", task_id]).encode())
+
+    try:
+        out = grade_response(response, gold_text, gold_cache, on_gold_parsed=gold_done,
+                             verdict_cache=verdict_cache, before_answer=slow_parse if test_slow_parse else None)
+        reply = [task_id, out["correct"], out["extracted"], out["gold_parsed"], None]
+    except MemoryError:
+        reply = [task_id, False, None, False, "MemoryError: the sample exceeded the worker's memory limit"]
+    except BaseException as exc:  # anything math-verify or sympy throws becomes a verdict
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        reply = [task_id, False, None, False, f"{type(exc).__name__}: {str(exc)[:300]}"]
+    try:
+        replies.send_bytes(json.dumps(reply).encode())
+    except (BrokenPipeError, OSError):
+        return False
+    return True
 
 
 def main(argv=None) -> None:

@@ -53,9 +53,18 @@ _START_TIMEOUT_S = 60.0
 # This many workers in a row dying before "ready" means they cannot start (broken install).
 _MAX_START_FAILURES = 3
 _BAD_GOLD_MEMORY = 4096
-# A second sample is queued in a busy worker's pipe only if it surely fits the pipe buffer (64 KiB
-# on Linux): a blocking write to a worker stuck on a hostile sample would stall the dispatcher.
+# Samples are queued in a busy worker's pipe only while they surely fit its buffer (64 KiB on Linux
+# unless the system is short of pipe pages: asked with F_GETPIPE_SZ): a blocking write to a worker
+# stuck on a hostile sample would stall the dispatcher. This is the budget when the size is unknown.
 _PIPELINE_MAX_BYTES = 16 * 1024
+# Samples a worker may hold at once (the one it grades and those waiting in its pipe), and how few may
+# wait before it is refilled: deep enough that it never idles while the caller turns its verdicts
+# into the next submissions, refilled in batches so that a burst costs a few messages, not one each.
+_PIPELINE_DEPTH = 8
+_REFILL_AT = 2
+# How far into the queue the dispatcher looks for a sample whose gold a worker has cached.
+_AFFINITY_WINDOW = 64
+_GOLD_OWNER_MEMORY = 4096
 # The dispatcher never sleeps longer than this: each wake-up checks that every pending sample is
 # queued or on a live worker (a bookkeeping slip must cost a second, never a hang).
 _HOUSEKEEPING_S = 1.0
@@ -137,7 +146,7 @@ class _Worker:
     """
 
     __slots__ = ("proc", "requests", "replies", "ready", "inflight", "deadline", "head_started", "started",
-                 "golds_parsed", "gold_done", "_timeout")
+                 "golds_parsed", "gold_done", "pipe_budget", "_timeout")
 
     def __init__(self, proc: subprocess.Popen, requests: Connection, replies: Connection, timeout: float):
         self._timeout = timeout
@@ -151,6 +160,7 @@ class _Worker:
         self.started = time.monotonic()
         self.golds_parsed: set = set()
         self.gold_done = False
+        self.pipe_budget = _pipe_budget(requests.fileno())
 
     @property
     def task(self) -> Optional[_Task]:
@@ -240,6 +250,7 @@ class MathGrader:
         self._workers: List[_Worker] = []
         self._start_failures = 0
         self._bad_golds: "OrderedDict[str, str]" = OrderedDict()
+        self._gold_owner: "OrderedDict[str, _Worker]" = OrderedDict()  # the worker that has a gold cached
         self._stats = {"submitted": 0, "completed": 0, "timeouts": 0, "errors": 0, "workers_started": 0,
                        "workers_replaced": 0, "lost_requeued": 0, "stalled": 0}
 
@@ -538,30 +549,22 @@ class MathGrader:
                     for task in reversed(waiting):
                         task.queued = True
                         self._queue.appendleft(task)
+        # Plan this round: each sample goes to the usable worker with the shortest pipe, so a burst
+        # spreads evenly; then each worker gets its share in ONE message. Concurrent per-sample
+        # calls (OpenRLHF's reward threads) thus reach a worker as a batch of whatever queued
+        # while it was busy: no round trip per sample, and no waiting window when calls are rare.
+        plan: Dict[_Worker, List[_Task]] = {}
+        planned_bytes: Dict[_Worker, int] = {}
+        full: set = set()  # workers that take nothing more this round
         while True:
-            with self._lock:
-                if not self._queue:
-                    return
-                task = self._queue[0]
-                if task.future.done():  # a rescued copy that another worker answered meanwhile
-                    self._queue.popleft()
-                    task.queued = False
-                    self._pending.pop(task.id, None)
-                    continue
-            payload = task.payload
-            # An idle worker first (while fewer than `workers` samples run fresh), else a second slot
-            # behind a sample that is not slow; never a worker that holds a copy already.
-            worker = None
-            if fresh < self.workers:
-                worker = next((w for w in self._workers if w.ready and not w.inflight), None)
-            if worker is None and len(payload) <= _PIPELINE_MAX_BYTES:
-                worker = next((w for w in self._workers if w.ready and len(w.inflight) == 1
-                               and not self._is_slow(w, now) and w not in task.holders), None)
+            worker = self._next_worker(now, fresh, plan, full)
             if worker is None:
-                return
-            with self._lock:
-                self._queue.popleft()
-                task.queued = False
+                break
+            idle = not worker.inflight and not plan.get(worker)
+            task = self._take_task(worker, idle, planned_bytes.get(worker, 0), now)
+            if task is None:
+                full.add(worker)
+                continue
             if not task.started:
                 if not task.future.set_running_or_notify_cancel():  # cancelled by the caller
                     with self._lock:
@@ -572,20 +575,99 @@ class MathGrader:
             if bad is not None:
                 self._resolve(task, GradeResult(False, _safe_extract(task.response), False, False, bad))
                 continue
+            plan.setdefault(worker, []).append(task)
+            planned_bytes[worker] = planned_bytes.get(worker, 0) + len(task.payload)
+            self._note_gold(worker, task.gold_text)  # now: later picks of this round see it
+            if idle:
+                fresh += 1
+        for worker, tasks in plan.items():
+            message = b"[" + b",".join(t.payload for t in tasks) + b"]"
             try:
-                worker.requests.send_bytes(payload)
+                worker.requests.send_bytes(message)
             except OSError:
                 with self._lock:
-                    task.queued = True
-                    self._queue.appendleft(task)
+                    for task in reversed(tasks):
+                        task.queued = True
+                        self._queue.appendleft(task)
                 self._worker_died(worker)
                 continue
-            worker.inflight.append(task)
-            task.holders.append(worker)
-            if len(worker.inflight) == 1:
+            was_idle = not worker.inflight
+            for task in tasks:
+                worker.inflight.append(task)
+                task.holders.append(worker)
+            if was_idle:
                 worker.begin_next()
                 self._last_progress = worker.head_started
-                fresh += 1
+
+    def _next_worker(self, now: float, fresh: int, plan: Dict[_Worker, List[_Task]], full: set) -> Optional[_Worker]:
+        """The worker with the fewest samples in its pipe (counting this round's plan) that takes more now.
+
+        An idle worker takes samples only while fewer than ``workers`` samples run fresh (the spare
+        stands in for a worker stuck on a slow sample). A busy one is refilled, up to
+        ``_PIPELINE_DEPTH``, once no more than ``_REFILL_AT`` samples wait behind the one it grades,
+        and only behind a sample that is not slow: so a steady stream reaches it a few at a time,
+        one message each, and it never idles for a round trip.
+        """
+        best, best_load = None, _PIPELINE_DEPTH
+        for w in self._workers:
+            if not w.ready or w in full:
+                continue
+            planned = len(plan.get(w, ()))
+            load = len(w.inflight) + planned
+            if load >= best_load:
+                continue
+            if not w.inflight:
+                if not planned and fresh >= self.workers:
+                    continue
+            elif self._is_slow(w, now) or (not planned and len(w.inflight) - 1 > _REFILL_AT):
+                continue
+            best, best_load = w, load
+        return best
+
+    def _take_task(self, worker: _Worker, idle: bool, planned_bytes: int, now: float) -> Optional[_Task]:
+        """Take a queued sample for ``worker`` off the queue: among the first few queued, one whose gold
+        this worker parsed or was sent lately (its gold cache then answers; a GRPO group's samples
+        share a gold), else one whose gold no live worker has, else the first it may take. A sample
+        goes into a busy worker's pipe only if the pipe surely has room (a blocking write to a worker
+        stuck on a hostile sample would stall the dispatcher), never to a worker holding a copy."""
+        with self._lock:
+            while self._queue and self._queue[0].future.done():  # rescued copies answered meanwhile
+                task = self._queue.popleft()
+                task.queued = False
+                self._pending.pop(task.id, None)
+            if not self._queue:
+                return None
+            room = math.inf if idle else worker.pipe_budget - planned_bytes - sum(
+                len(t.payload) for t in list(worker.inflight)[1:])
+            affine = fresh_gold = first = None
+            for i, task in enumerate(self._queue):
+                if i >= _AFFINITY_WINDOW:
+                    break
+                if task.future.done() or worker in task.holders or len(task.payload) > room:
+                    continue
+                owner = self._gold_owner.get(task.gold_text)
+                if owner is worker:
+                    affine = i
+                    break
+                if first is None:
+                    first = i
+                if fresh_gold is None and (owner is None or owner not in self._workers or self._is_slow(owner, now)):
+                    fresh_gold = i
+            pick = next((i for i in (affine, fresh_gold, first) if i is not None), None)
+            if pick is None:
+                return None
+            task = self._queue[pick]
+            del self._queue[pick]
+            task.queued = False
+            return task
+
+    def _note_gold(self, worker: _Worker, gold_text: str) -> None:
+        owner = self._gold_owner.get(gold_text)
+        if owner is None or owner not in self._workers:
+            self._gold_owner[gold_text] = worker
+        self._gold_owner.move_to_end(gold_text)
+        while len(self._gold_owner) > _GOLD_OWNER_MEMORY:
+            self._gold_owner.popitem(last=False)
 
     def _read_replies(self, worker: _Worker) -> None:
         while True:
@@ -803,6 +885,17 @@ class MathGrader:
             else:  # cancelled by the caller
                 with self._lock:
                     self._pending.pop(task.id, None)
+
+
+def _pipe_budget(fd: int) -> int:
+    """Bytes of samples that may wait in a worker's request pipe: 3/4 of its buffer (message headers
+    and what the worker holds already are the rest)."""
+    try:
+        import fcntl
+
+        return max(1024, fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) * 3 // 4)
+    except (ImportError, AttributeError, OSError):
+        return _PIPELINE_MAX_BYTES
 
 
 def _kill(worker: _Worker) -> None:
