@@ -175,6 +175,7 @@ examples:
   rlhf-ext queue run examples/suites/eight_algorithms_tiny.toml --output runs/q8
   rlhf-ext queue status runs/q8
   rlhf-ext queue stop runs/q8                  # or Ctrl-C in the runner's terminal
+  rlhf-ext queue report runs/q8                # runs/q8/report.html: every run on one page
   rlhf-ext queue run examples/suites/eight_algorithms_tiny.toml --output runs/q8 --retry-failed
 
 Rules: the output directory is new, or this queue's own (to continue after the done runs); one run
@@ -221,6 +222,12 @@ def _add_queue(subparsers) -> None:
     sp.add_argument("--wait", type=_positive_float, default=60.0,
                     help="seconds to wait for the runner to finish stopping (default: 60)")
     sp.set_defaults(handler=_run_queue_stop)
+    rp = sub.add_parser("report", help="one HTML page comparing the queue's runs (rlhf-ext report over every "
+                                       "run record, named as in the suite, with their evaluations)")
+    rp.add_argument("output", help="queue directory")
+    rp.add_argument("-o", "--html", default=None, help="HTML file to write (default: <queue directory>/report.html)")
+    rp.add_argument("--title", default=None, help="page title (default: '<suite>: N runs')")
+    rp.set_defaults(handler=_run_queue_report)
 
 
 def _queue_errors():
@@ -248,6 +255,16 @@ def _run_queue_status(args: argparse.Namespace) -> int:
 
     try:
         return status(args.output)
+    except _queue_errors() as exc:
+        print(f"rlhf-ext queue: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_queue_report(args: argparse.Namespace) -> int:
+    from .queue import report
+
+    try:
+        return report(args.output, args.html, title=args.title)
     except _queue_errors() as exc:
         print(f"rlhf-ext queue: error: {exc}", file=sys.stderr)
         return 2

@@ -92,6 +92,35 @@ def test_rerun_of_a_finished_queue_touches_nothing(queue_run):
     assert status.returncode == 0 and status.stdout.count(" done ") == 2, status.stdout
 
 
+def test_queue_report_puts_the_runs_on_one_page_under_their_suite_names(queue_run):
+    out, res = queue_run
+    assert res.returncode == 0
+    rep = subprocess.run(CLI + ["report", str(out)], capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    html = (out / "report.html").read_text()
+    assert "wrote" in rep.stdout and "(2 runs)" in rep.stdout
+    for name in SLICE:  # named as in the suite (the records also carry --rlhf_ext.run_name)
+        assert f">{name}<" in html
+        config = json.loads((out / "runs" / name / "ckpt" / "rlhf_ext_run" / "config.json").read_text())
+        assert config["name"] == name
+    assert "tiny_arith" in html  # each run's evaluation found in its run directory
+    assert "rlhf-ext queue report" in html
+
+
+def test_queue_report_without_records_says_what_is_missing(queue_run, tmp_path):
+    out, res = queue_run
+    not_a_queue = subprocess.run(CLI + ["report", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert not_a_queue.returncode == 2 and "rlhf-ext queue: error" in not_a_queue.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    for r in m["runs"]:  # as if the runs had not started yet
+        r["record_dir"] = str(tmp_path / "nowhere" / r["name"])
+        r["status"] = "pending"
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    rep = subprocess.run(CLI + ["report", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 1, rep.stderr[-2000:]
+    assert "rft (pending, no record yet)" in rep.stdout and "no run of" in rep.stdout
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
     ray = shutil.which("ray", path=str(Path(sys.executable).parent))

@@ -43,7 +43,12 @@ def test_suite_has_the_eight_variants_in_order_with_declared_outputs(name, tmp_p
         assert run.expect["record"] == [f"{run.run_dir}/ckpt/rlhf_ext_run/events.jsonl"]
         train, evaluate = run.commands
         assert train[1:5] == ["-m", "openrlhf.cli.train_ppo_ray", "--plugin", "rlhf_ext"]
-        assert evaluate[1:4] == ["-m", "rlhf_ext.evalkit", "gsm8k"]
+        if name == "eight_algorithms.toml":
+            assert evaluate[1:4] == ["-m", "rlhf_ext.evalkit", "gsm8k"]
+        else:  # the tiny task is evaluated under its own name
+            assert evaluate[1:6] == ["-m", "rlhf_ext.evalkit", "run", "--name", "tiny_arith"]
+        # the run record carries the suite's run name, so `rlhf-ext report` shows it
+        assert train[train.index("--rlhf_ext.run_name") + 1] == run.name
         assert train[train.index("--ckpt.output_dir") + 1] == evaluate[evaluate.index("--model") + 1]
         assert train[train.index("--train.seed") + 1] == "0"
     # one base model, data, budget and group size for all eight

@@ -111,3 +111,22 @@ def test_large_samples_behind_a_busy_worker_do_not_stall_the_dispatcher():
         assert g.wait(slow).correct
         assert all(g.wait(f).correct for f in big)
         assert all(w.pipe_budget >= 1024 for w in g._workers)
+
+
+def test_worker_count_follows_a_container_cpu_quota(tmp_path):
+    from rlhf_ext.rewards.grader import cgroup_cpu_limit
+
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("250000 100000\n")
+    assert cgroup_cpu_limit(str(v2)) == 2.5
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_limit(str(v2)) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_limit(str(v1)) is None
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("300000\n")
+    assert cgroup_cpu_limit(str(v1)) == 3.0
+    assert cgroup_cpu_limit(str(tmp_path / "absent")) is None

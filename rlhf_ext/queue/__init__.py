@@ -7,7 +7,7 @@ in an atomically rewritten ``manifest.json`` (:mod:`.manifest`); :func:`status` 
 (:mod:`.control`) read and signal it. The rules are in docs/queue.md.
 """
 
-from .control import status, stop
+from .control import report, status, stop
 from .lock import QueueLock, QueueLockedError, read_holder
 from .manifest import (DONE, FAILED, INTERRUPTED, MANIFEST, PENDING, RUNNING, Manifest, ManifestError,
                        atomic_write_json)
@@ -16,6 +16,7 @@ from .snapshot import sha256_tree, take_snapshot, verify_code
 from .suite import ResolvedRun, RunSpec, Suite, SuiteError, load_suite, parse_sets, resolve_run
 
 __all__ = [
+    "report",
     "DONE", "EXIT_INTERRUPTED", "FAILED", "INTERRUPTED", "MANIFEST", "PENDING", "RUNNING",
     "Manifest", "ManifestError", "QueueError", "QueueLock", "QueueLockedError", "ResolvedRun", "RunSpec", "Suite",
     "SuiteError", "atomic_write_json", "dry_run", "load_suite", "parse_sets", "read_holder", "resolve_run",

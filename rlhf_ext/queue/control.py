@@ -62,3 +62,35 @@ def stop(output, *, wait: float = 60.0, out: Optional[TextIO] = sys.stdout) -> i
     if out:
         print(f"stopped runner pid {pid}", file=out)
     return 0
+
+
+def report(output, html=None, *, title: Optional[str] = None, out: Optional[TextIO] = sys.stdout) -> int:
+    """Write ``rlhf-ext report``'s page for every run of the queue that left a run record, named as in
+    the suite, with the evalkit outputs found in each run's directory; returns 0, or 1 when no run
+    has a record yet."""
+    from ..report import write_report
+
+    output = Path(output)
+    d = Manifest.open(output).data
+    run_dirs, names, skipped = [], [], []
+    for r in d["runs"]:
+        record = r.get("record_dir")
+        if record and (Path(record) / "config.json").is_file():
+            run_dirs.append(record)
+            names.append(r["name"])
+        else:
+            skipped.append(f"{r['name']} ({r['status']}, {'no record yet' if record else 'no record_dir in the suite'})")
+    if skipped and out:
+        print(f"not in the report: {', '.join(skipped)}", file=out)
+    if not run_dirs:
+        if out:
+            print(f"no run of {output} has a run record yet", file=out)
+        return 1
+    evals = [r["run_dir"] for r in d["runs"] if r["name"] in names and Path(r["run_dir"]).is_dir()]
+    html = Path(html) if html else output / "report.html"
+    write_report(run_dirs, html, eval_dirs=evals, names=names,
+                 title=title or f"{d['suite']['name']}: {len(run_dirs)} runs", quiet=out is None,
+                 command=f"rlhf-ext queue report {output}")
+    if out:
+        print(f"wrote {html} ({len(run_dirs)} runs)", file=out)
+    return 0

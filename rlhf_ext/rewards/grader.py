@@ -99,12 +99,41 @@ class GradeResult:
 
 
 def default_workers() -> int:
-    """min(usable CPUs, 8): math-verify is single-threaded CPU work."""
+    """min(usable CPUs, 8): math-verify is single-threaded CPU work.
+
+    Usable CPUs: this process's CPU affinity, capped by a container's CPU quota (cgroup ``cpu.max``,
+    or ``cpu.cfs_quota_us`` on cgroup v1), so a 4-CPU pod on a 128-core node starts 4 workers, not 8.
+    """
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
+    quota = cgroup_cpu_limit()
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
     return max(1, min(cpus, 8))
+
+
+def cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> Optional[float]:
+    """CPUs this container may use per its cgroup quota (e.g. 2.5), or None when unlimited or unknown."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:  # cgroup v2: "<quota> <period>" or "max <period>"
+            quota, _, period = f.read().strip().partition(" ")
+        if quota != "max" and float(period) > 0 and float(quota) > 0:
+            return float(quota) / float(period)
+        return None
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota_us = float(f.read().strip())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            period_us = float(f.read().strip())
+        if quota_us > 0 and period_us > 0:
+            return quota_us / period_us
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 class _Task:
@@ -408,7 +437,8 @@ class MathGrader:
                 self._next_id += 1
             if len(immediate) < len(futures):
                 self._ensure_thread()
-                self._poke()
+                if self._worker_may_starve():
+                    self._poke()
             self._stats["completed"] += len(immediate)
             self._stats["errors"] += len(immediate)
         for fut, response, why in immediate:
@@ -422,6 +452,29 @@ class MathGrader:
             os.set_blocking(self._wake_w, False)
             self._thread = threading.Thread(target=self._run, name="rlhf-ext-grader", daemon=True)
             self._thread.start()
+
+    def _worker_may_starve(self) -> bool:  # caller holds self._lock
+        """Whether the dispatcher must be woken for new samples now. Not when every ready worker has
+        samples waiting behind the one it grades: its next verdict wakes the dispatcher anyway (or the
+        head's slow mark or deadline does), and the samples go out then, together. This halves the
+        dispatcher's wake-ups when threads submit one sample each, as OpenRLHF's do."""
+        now, fresh, idle = time.monotonic(), 0, False
+        for w in list(self._workers):  # read without the dispatcher's cooperation: len() of a deque is atomic
+            if not w.ready:
+                continue
+            held = len(w.inflight)
+            if held == 0:
+                idle = True
+                continue
+            try:
+                slow = self._is_slow(w, now)
+            except IndexError:  # its last sample was answered just now
+                return True
+            if not slow:
+                fresh += 1
+                if held == 1:
+                    return True
+        return fresh == 0 or (idle and fresh < self.workers)
 
     def _poke(self) -> None:  # caller holds self._lock
         if self._wake_w is not None and not self._wake_pending:
