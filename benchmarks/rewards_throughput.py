@@ -273,36 +273,52 @@ def parallel_headroom(data_dir: str, procs: int, n: int = 600) -> dict:
 CHAT_PROMPT = "<|im_start|>user\nSolve the problem. Put the final answer in \\boxed{{}}.\n{problem}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def _solution_body(row) -> str:
+    """A MATH-500 reference solution without its final boxed answer: the reasoning a response carries."""
+    solution = row["solution"]
+    cut = solution.rfind("\\boxed")
+    return (solution[:cut] if cut > 0 else solution + "\n\nTherefore, ").rstrip("$ ")
+
+
 def group_corpus(data_dir: str, problems: int = 125, group: int = 8, start: int = 0):
-    """GRPO-style rollouts: ``group`` samples for each of the first ``problems`` MATH-500 problems, as a
-    policy writes them (several right with the same final answer, one in another spelling, wrong ones
-    that repeat, one without an answer), in the order a rollout finishes them (groups interleaved)."""
+    """GRPO-style rollouts: ``group`` samples for each of ``problems`` MATH-500 problems (from ``start``),
+    each the problem's reference solution ending in a final answer, as a policy writes them (several
+    right with the same final answer, one in another spelling, wrong ones that repeat, one without an
+    answer), in the order a rollout finishes them (close together per prompt)."""
     rows = _rows(data_dir, "math500.jsonl")[start:start + problems]
     rng = random.Random(1)
     out = []
     for i, row in enumerate(rows):
-        ans = row["answer"]
+        ans, body = row["answer"], _solution_body(row)
         prompt = CHAT_PROMPT.format(problem=row["problem"])
         wrong = _wrong(ans)
-        samples = [("Let me think. Step %d ... so the final answer is $\\boxed{%s}$." % (k, ans), "correct")
-                   for k in range(3)]
-        samples.append((_equivalent(ans, i) or "The answer is $\\boxed{%s}$." % ans, "equivalent"))
-        samples += [("Computing ... we get \\boxed{%s}." % wrong, "wrong"), ("Hmm, so \\boxed{%s}." % wrong, "wrong"),
-                    ("Therefore \\boxed{%s}." % _wrong(wrong), "wrong"), (UNPARSEABLE[i % len(UNPARSEABLE)], "unparseable")]
+        samples = [(body + " $\\boxed{%s}$." % ans, "correct")] * 3
+        samples.append((body + " " + (_equivalent(ans, i) or "The answer is $%s$." % ans), "equivalent"))
+        samples += [(body + " $\\boxed{%s}$." % wrong, "wrong")] * 2
+        samples += [(body + " $\\boxed{%s}$." % _wrong(wrong), "wrong"), (body + " I am not sure.", "unparseable")]
         for text, kind in samples[:group]:
             out.append((prompt, text, ans, kind))
-    # a rollout's samples finish out of order, but close together per prompt
     order = sorted(range(len(out)), key=lambda j: j // group * group + rng.random() * 3 * group)
     return [out[j] for j in order]
 
 
-def math500_corpus(data_dir: str, corpus, n: int = 1000, start: int = 0):
-    """``n`` samples of the throughput corpus whose gold is a MATH-500 answer (right, wrong, another
-    spelling, or no answer; up to three per problem, spread out), as OpenRLHF queries."""
-    prompt = CHAT_PROMPT.format(problem="(a MATH-500 problem)")
-    golds = {row["answer"] for row in _rows(data_dir, "math500.jsonl")}
-    picked = [(prompt, r, g, k) for r, g, k in corpus if k in TRUTH and k != "misread" and g in golds]
-    return picked[start:start + n]
+def math500_corpus(data_dir: str, n: int = 1000):
+    """``n`` responses to MATH-500 problems, two per problem (the reference solution ending in the right
+    answer, and the same reasoning ending in a wrong answer, another spelling of the right one, or no
+    answer), shuffled: every gold appears twice, far apart."""
+    rows = _rows(data_dir, "math500.jsonl")
+    rng = random.Random(2)
+    out = []
+    for i, row in enumerate(rows):
+        ans, body = row["answer"], _solution_body(row)
+        prompt = CHAT_PROMPT.format(problem=row["problem"])
+        out.append((prompt, body + " $\\boxed{%s}$." % ans, ans, "correct"))
+        other = [(body + " $\\boxed{%s}$." % _wrong(ans), "wrong"),
+                 (body + " " + (_equivalent(ans, i) or "The answer is $%s$." % ans), "equivalent"),
+                 (body + " I am not sure.", "unparseable")][i % 3]
+        out.append((prompt, other[0], ans, other[1]))
+    rng.shuffle(out)
+    return out[:n]
 
 
 def load_reward_file():
@@ -338,14 +354,36 @@ def openrlhf_call_pattern(reward_func, items):
     return asyncio.run(all_samples())
 
 
-def _fresh_path_pool(module):
-    """Restart the reward file's grader pool (cold gold cache, like a new rollout actor) and warm it up."""
+def warm_corpus(data_dir: str, n: int = 400):
+    """Answers in the LaTeX forms MATH-500 uses (fractions, roots, pi, tuples, intervals, text, degrees,
+    polynomials), none of them a MATH-500 gold: they warm a process up (latex2sympy's parser caches,
+    sympy's lazy imports) without filling its gold or verdict caches with the measured golds."""
+    rng = random.Random(7)
+    taken = {row["answer"] for row in _rows(data_dir, "math500.jsonl")}
+    forms = [lambda a, b: "\\frac{%d}{%d}" % (a, b), lambda a, b: "%d\\sqrt{%d}" % (a, b), lambda a, b: "%d\\pi" % a,
+             lambda a, b: "(%d,%d)" % (a, b), lambda a, b: "[%d,%d)" % (a, b), lambda a, b: "\\text{(%s)}" % "ABCDE"[a % 5],
+             lambda a, b: "%d^\\circ" % a, lambda a, b: "x^{2}+%dx+%d" % (a, b), lambda a, b: "\\dfrac{\\sqrt{%d}}{%d}" % (a, b),
+             lambda a, b: "%d.%d" % (a, b)]
+    out = []
+    while len(out) < n:
+        a, b = rng.randint(101, 997), rng.randint(101, 997)
+        gold = forms[len(out) % len(forms)](a, b)
+        if gold in taken:
+            continue
+        right = rng.random() < 0.5
+        out.append((CHAT_PROMPT.format(problem="(warm-up)"), "So the answer is $\\boxed{%s}$." % (gold if right else
+                    forms[(len(out) + 3) % len(forms)](b, a)), gold, "correct" if right else "wrong"))
+    return out
+
+
+def _fresh_path_pool(module, warm):
+    """Restart the reward file's grader pool (cold gold cache, like a new rollout actor) and warm its
+    workers up on ``warm`` through the same per-sample path (parser caches, lazy imports)."""
     from rlhf_ext.rewards.openrlhf_protocol import scorer_from_env
 
     scorer = scorer_from_env()
     scorer.reward.grader.close()
     grader = scorer.reward.grader.start()
-    warm = [(CHAT_PROMPT.format(problem="w"), "\\boxed{%d}" % k, str(k), "") for k in range(4 * grader.workers)]
     openrlhf_call_pattern(module.reward_func, warm)
     return grader
 
@@ -355,24 +393,35 @@ def reward_path_section(args, corpus) -> dict:
     the batch API, on two corpora, interleaved ``args.repeats`` times; medians reported."""
     import statistics
 
+    from sympy.core.cache import clear_cache
+
     module = load_reward_file()
+    warm = warm_corpus(args.data)
+    for _, t, g, _ in warm:  # the sequential side warms up on the same answers
+        baseline_grade(t, g)
     corpora = {"groups of 8 (125 MATH-500 problems)": group_corpus(args.data),
-               "MATH-500 style (1000 samples)": math500_corpus(args.data, corpus)}
+               "MATH-500 style (1000 samples)": math500_corpus(args.data)}
     out = {}
     for name, items in corpora.items():
         walls = {"baseline": [], "reward_path": [], "batch_api": []}
+        cpu = {"baseline": [], "reward_path": []}
         agree = None
         for rep in range(args.repeats):
-            s = time.perf_counter()
+            clear_cache()  # sympy's expression cache would remember the previous repetition's answers
+            s, c = time.perf_counter(), time.process_time()
             base = [baseline_grade(t, g) for _, t, g, _ in items]
             walls["baseline"].append(time.perf_counter() - s)
-            grader = _fresh_path_pool(module)
+            cpu["baseline"].append(time.process_time() - c)
+            grader = _fresh_path_pool(module, warm)
+            pids = [w.proc.pid for w in grader._workers]
+            c, w0 = time.process_time(), sum(_cpu_seconds(p) for p in pids)
             wall, outs = openrlhf_call_pattern(module.reward_func, items)
             walls["reward_path"].append(wall)
+            cpu["reward_path"].append(time.process_time() - c + sum(_cpu_seconds(p) for p in pids) - w0)
             grader.close()
             with MathGrader(timeout=args.timeout, workers=args.workers) as g:
                 g.start()
-                g.grade_batch(["\\boxed{%d}" % k for k in range(4 * g.workers)], [str(k) for k in range(4 * g.workers)])
+                g.grade_batch([t for _, t, _, _ in warm], [gg for _, _, gg, _ in warm])
                 s = time.perf_counter()
                 g.grade_batch([t for _, t, _, _ in items], [gg for _, _, gg, _ in items])
                 walls["batch_api"].append(time.perf_counter() - s)
@@ -384,15 +433,16 @@ def reward_path_section(args, corpus) -> dict:
                      "wall_s": {k: round(v, 3) for k, v in med.items()},
                      "all_walls_s": {k: [round(x, 3) for x in v] for k, v in walls.items()},
                      "reward_path_ratio": round(med["baseline"] / med["reward_path"], 2),
+                     "cpu_ms_per_sample": {k: round(1000 * statistics.median(v) / len(items), 3) for k, v in cpu.items()},
                      "batch_api_ratio": round(med["baseline"] / med["batch_api"], 2),
                      "agreement": f"{agree[0]}/{agree[1]}"}
 
     # a hostile answer among 64 per-sample calls: what it adds to the wall time
     ordinary = corpora["MATH-500 style (1000 samples)"][:63]
     hostile = [(ordinary[0][0], PATHOLOGICAL[0], "1", "pathological")]
-    grader = _fresh_path_pool(module)
+    grader = _fresh_path_pool(module, warm)
     with_bad, _ = openrlhf_call_pattern(module.reward_func, ordinary[:32] + hostile + ordinary[32:])
-    grader = _fresh_path_pool(module)
+    grader = _fresh_path_pool(module, warm)
     without, _ = openrlhf_call_pattern(module.reward_func, ordinary)
     grader.close()
     out["hostile"] = {"wall_with_s": round(with_bad, 2), "wall_without_s": round(without, 2),
@@ -411,6 +461,9 @@ def print_reward_path(report: dict, workers: int) -> None:
         w = r["wall_s"]
         print(f"{name:40s}{r['samples']:8d}{r['golds']:7d}{w['baseline']:12.2f}{w['reward_path']:14.2f}"
               f"{r['reward_path_ratio']:7.2f}x{w['batch_api']:13.2f}{r['batch_api_ratio']:7.2f}x{r['agreement']:>11s}")
+        c = r["cpu_ms_per_sample"]
+        print(f"{'':40s}CPU ms per sample (all processes): sequential {c['baseline']:.2f}, "
+              f"per-sample path {c['reward_path']:.2f}")
     h = report["hostile"]
     print(f"64 per-sample calls, one hostile answer among them: {h['wall_with_s']} s vs {h['wall_without_s']} s "
           f"without it (added {h['added_s']} s; limit {h['limit_s']:g} s)")

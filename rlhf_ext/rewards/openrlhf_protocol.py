@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .coalesce import Coalescer
 from .composite import FLAG_NAMES, WeightedReward
 from .config import RewardConfig
+from .grader import default_workers
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +151,8 @@ class RewardScorer:
         self.log_keys = ([f"reward/{name}" for name, _ in self.reward.weights]
                          + [f"reward_flag/{flag}" for flag in FLAG_NAMES] + [PROMPT_NOT_FOUND_KEY, ERROR_KEY])
         self._last_error_log = 0.0
+        # one batch per grader worker in flight; what arrives meanwhile forms the next batch
+        self._coalescer = Coalescer(self._score_rows, max_inflight=self.config.workers or default_workers())
 
     def close(self) -> None:
         self.reward.close()
@@ -198,6 +202,26 @@ class RewardScorer:
             logs = {key: [0.0] * n for key in self.log_keys}
             logs[ERROR_KEY] = [1.0] * n
             return {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": logs}
+
+
+    def score_concurrent(self, queries: Sequence[str], prompts: Optional[Sequence[str]] = None,
+                         labels: Optional[Sequence] = None) -> Dict:
+        """:meth:`score` for calls that arrive concurrently from many threads, as OpenRLHF's per-sample
+        ``reward_func`` calls do: concurrent calls are scored together in one batch (see
+        :class:`~rlhf_ext.rewards.coalesce.Coalescer`); same result as :meth:`score` per call."""
+        try:
+            queries, prompts, labels = check_batch(queries, prompts, labels)
+        except Exception:  # a malformed call is scored alone (0, reported), never in a batch with others
+            return self.score(queries, prompts, labels)
+        rows = self._coalescer.call(list(zip(queries, prompts, labels)))
+        logs = {key: [row[2][key] for row in rows] for key in (rows[0][2] if rows else self.log_keys)}
+        return {"rewards": [row[0] for row in rows], "scores": [row[1] for row in rows], "extra_logs": logs}
+
+    def _score_rows(self, items: List[Tuple[str, str, object]]) -> List[Tuple[float, float, Dict[str, float]]]:
+        out = self.score([q for q, _, _ in items], [p for _, p, _ in items], [lab for _, _, lab in items])
+        keys = list(out["extra_logs"])
+        return [(out["rewards"][i], out["scores"][i], {k: out["extra_logs"][k][i] for k in keys})
+                for i in range(len(items))]
 
 
 def check_batch(queries, prompts, labels) -> Tuple[List[str], List[str], List]:

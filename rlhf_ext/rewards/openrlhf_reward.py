@@ -39,7 +39,8 @@ def reward_func(queries, prompts, labels, **kwargs):
             logger.error("rlhf_ext reward configuration is invalid, every sample scores 0: %s", exc)
         out = {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": {ERROR_KEY: [1.0] * n}}
     else:
-        out = scorer.score(
+        # OpenRLHF calls once per sample from many threads at once: those calls are scored together
+        out = scorer.score_concurrent(
             list(queries) if isinstance(queries, (list, tuple)) else queries,
             list(prompts) if isinstance(prompts, (list, tuple)) else prompts,
             list(labels) if isinstance(labels, (list, tuple)) else labels,
