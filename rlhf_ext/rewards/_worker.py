@@ -120,13 +120,14 @@ def serve(requests: Connection, replies: Connection, test_slow_parse: bool = Fal
         except (EOFError, OSError):
             return
         for task_id, response, gold_text in batch:
-            if not _grade_one(task_id, response, gold_text, replies, gold_cache, verdict_cache, test_slow_parse):
+            if not _grade_one(grade_response, task_id, response, gold_text, replies, gold_cache, verdict_cache,
+                              test_slow_parse):
                 return
 
 
-def _grade_one(task_id, response, gold_text, replies, gold_cache, verdict_cache, test_slow_parse) -> bool:
+def _grade_one(grade_response, task_id, response, gold_text, replies, gold_cache, verdict_cache,
+               test_slow_parse) -> bool:
     """Grade one sample and send its verdict; False when the parent is gone."""
-    from .math_verify_recipe import grade_response
 
     def gold_done():
         replies.send_bytes(json.dumps(["g", task_id]).encode())
