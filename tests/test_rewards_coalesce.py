@@ -148,3 +148,27 @@ def test_reward_file_calls_from_threads_match_one_batch_call():
         assert bad["rewards"] == [0.0] and bad["extra_logs"]["reward_flag/error"] == [1.0]
     finally:
         scorer.close()
+
+
+def test_batch_relative_rewards_keep_their_per_call_meaning_when_calls_are_coalesced():
+    """Only the grading is shared: `length` (relative to the lengths in its call) stays 0 for
+    one-sample calls, exactly as when each call is scored alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlhf_ext.rewards.config import RewardConfig
+    from rlhf_ext.rewards.openrlhf_protocol import RewardScorer
+
+    prompt = "Q: 2+2?\nA: "
+    queries = [prompt + "x" * (5 * i) + " \\boxed{%d}</s>" % (4 if i % 2 else 5) for i in range(24)]
+    scorer = RewardScorer(RewardConfig(reward="accuracy:1.0,length:1.0", workers=2))
+    try:
+        with ThreadPoolExecutor(8) as ex:
+            outs = list(ex.map(lambda q: scorer.score_concurrent([q], [prompt], ["4"]), queries))
+        assert scorer._coalescer.stats["batches"] <= scorer._coalescer.stats["calls"]
+        for i, out in enumerate(outs):
+            assert out["extra_logs"]["reward/length"] == [0.0]
+            assert out["rewards"] == [1.0 if i % 2 else 0.0]
+        together = scorer.score(queries, [prompt] * 24, ["4"] * 24)  # one call: lengths relative to each other
+        assert len(set(together["extra_logs"]["reward/length"])) > 2
+    finally:
+        scorer.close()

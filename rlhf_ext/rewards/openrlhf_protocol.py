@@ -151,8 +151,10 @@ class RewardScorer:
         self.log_keys = ([f"reward/{name}" for name, _ in self.reward.weights]
                          + [f"reward_flag/{flag}" for flag in FLAG_NAMES] + [PROMPT_NOT_FOUND_KEY, ERROR_KEY])
         self._last_error_log = 0.0
-        # one batch per grader worker in flight; what arrives meanwhile forms the next batch
-        self._coalescer = Coalescer(self._score_rows, max_inflight=self.config.workers or default_workers())
+        # Concurrent calls share their grading: one batch per grader worker in flight, what arrives
+        # meanwhile forms the next. Only the grading: each call's rewards stay computed over that
+        # call's samples (batch-relative rewards such as `length` keep their per-call meaning).
+        self._coalescer = Coalescer(self._grade_rows, max_inflight=self.config.workers or default_workers())
 
     def close(self) -> None:
         self.reward.close()
@@ -179,14 +181,31 @@ class RewardScorer:
     def score(self, queries: Sequence[str], prompts: Optional[Sequence[str]] = None,
               labels: Optional[Sequence] = None) -> Dict:
         """``{"rewards": [...], "scores": [...], "extra_logs": {key: [...]}}`` as plain lists."""
+        return self._score(queries, prompts, labels, coalesce=False)
+
+    def score_concurrent(self, queries: Sequence[str], prompts: Optional[Sequence[str]] = None,
+                         labels: Optional[Sequence] = None) -> Dict:
+        """:meth:`score` for calls that arrive concurrently from many threads, as OpenRLHF's per-sample
+        ``reward_func`` calls do: the grading of concurrent calls is done in shared batches (see
+        :class:`~rlhf_ext.rewards.coalesce.Coalescer`); the result is :meth:`score`'s for each call."""
+        return self._score(queries, prompts, labels, coalesce=True)
+
+    def _grade_rows(self, items: List[Tuple[str, object]]) -> List:
+        return self.reward.grader.grade_batch([text for text, _ in items], [label for _, label in items])
+
+    def _score(self, queries, prompts, labels, coalesce: bool) -> Dict:
         n = len(queries) if isinstance(queries, (list, tuple)) else 0
         try:
             queries, prompts, labels = check_batch(queries, prompts, labels)
             recovered = self.recover(queries, prompts)
             info = self._tokenizer_info()
             lengths = [info.count(r.text) for r in recovered] if info else None
-            breakdown = self.reward([r.text for r in recovered], labels, truncated=[r.truncated for r in recovered],
-                                    completion_lengths=lengths)
+            texts = [r.text for r in recovered]
+            grades = None
+            if coalesce and self.reward.uses_correctness and texts:
+                grades = self._coalescer.call(list(zip(texts, labels)))
+            breakdown = self.reward(texts, labels, truncated=[r.truncated for r in recovered],
+                                    completion_lengths=lengths, grades=grades)
             logs = {f"reward/{name}": values for name, values in breakdown.components.items()}
             logs.update({f"reward_flag/{flag}": values for flag, values in breakdown.flags.items()})
             logs[PROMPT_NOT_FOUND_KEY] = [0.0 if r.prompt_found else 1.0 for r in recovered]
@@ -202,26 +221,6 @@ class RewardScorer:
             logs = {key: [0.0] * n for key in self.log_keys}
             logs[ERROR_KEY] = [1.0] * n
             return {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": logs}
-
-
-    def score_concurrent(self, queries: Sequence[str], prompts: Optional[Sequence[str]] = None,
-                         labels: Optional[Sequence] = None) -> Dict:
-        """:meth:`score` for calls that arrive concurrently from many threads, as OpenRLHF's per-sample
-        ``reward_func`` calls do: concurrent calls are scored together in one batch (see
-        :class:`~rlhf_ext.rewards.coalesce.Coalescer`); same result as :meth:`score` per call."""
-        try:
-            queries, prompts, labels = check_batch(queries, prompts, labels)
-        except Exception:  # a malformed call is scored alone (0, reported), never in a batch with others
-            return self.score(queries, prompts, labels)
-        rows = self._coalescer.call(list(zip(queries, prompts, labels)))
-        logs = {key: [row[2][key] for row in rows] for key in (rows[0][2] if rows else self.log_keys)}
-        return {"rewards": [row[0] for row in rows], "scores": [row[1] for row in rows], "extra_logs": logs}
-
-    def _score_rows(self, items: List[Tuple[str, str, object]]) -> List[Tuple[float, float, Dict[str, float]]]:
-        out = self.score([q for q, _, _ in items], [p for _, p, _ in items], [lab for _, _, lab in items])
-        keys = list(out["extra_logs"])
-        return [(out["rewards"][i], out["scores"][i], {k: out["extra_logs"][k][i] for k in keys})
-                for i in range(len(items))]
 
 
 def check_batch(queries, prompts, labels) -> Tuple[List[str], List[str], List]:
