@@ -463,7 +463,8 @@ def print_reward_path(report: dict, workers: int) -> None:
               f"{r['reward_path_ratio']:7.2f}x{w['batch_api']:13.2f}{r['batch_api_ratio']:7.2f}x{r['agreement']:>11s}")
         c = r["cpu_ms_per_sample"]
         print(f"{'':40s}CPU ms per sample (all processes): sequential {c['baseline']:.2f}, "
-              f"per-sample path {c['reward_path']:.2f}")
+              f"per-sample path {c['reward_path']:.2f}; with {workers} free cores the path can reach at most "
+              f"{workers * c['baseline'] / c['reward_path']:.2f}x")
     h = report["hostile"]
     print(f"64 per-sample calls, one hostile answer among them: {h['wall_with_s']} s vs {h['wall_without_s']} s "
           f"without it (added {h['added_s']} s; limit {h['limit_s']:g} s)")
