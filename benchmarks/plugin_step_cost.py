@@ -669,35 +669,44 @@ def _smoke_module():
     return smoke
 
 
-def whole_step(workdir: Path, steps: int, timeout: float) -> dict:
+def whole_step(workdir: Path, steps: int, timeout: float, rounds: int = 1) -> dict:
+    """Train ``steps`` steps with each estimator, ``rounds`` times (alternating which goes first)."""
     smoke = _smoke_module()
     from rlhf_ext.tiny_task import build_tiny_task
 
+    workdir = workdir.resolve()
     task = workdir / "task"
     if not (task / "task.json").exists():
         print("building the tiny task", flush=True)
         build_tiny_task(task)
-    results = {}
+    results = {name: {"wall_s": [], "steps": []} for name in ("group_norm", "grpo")}
     load_before = os.getloadavg()
-    for name in ("group_norm", "grpo"):
-        out = workdir / f"ckpt_{name}"
-        cmd = smoke.train_command(model=task / "model", prompts=task / "train.jsonl", output=out, estimator="grpo",
-                                  steps=steps)
-        i = cmd.index("--algo.advantage.estimator")
-        cmd[i + 1] = name  # only the estimator differs: OpenRLHF's built-in or rlhf_ext's
-        record = smoke.run_record_dir(out)
-        if record.exists():
-            import shutil
+    for r in range(rounds):
+        order = ("group_norm", "grpo") if r % 2 == 0 else ("grpo", "group_norm")
+        for name in order:
+            out = workdir / f"ckpt_{name}"
+            cmd = smoke.train_command(model=task / "model", prompts=task / "train.jsonl", output=out,
+                                      estimator="grpo", steps=steps)
+            i = cmd.index("--algo.advantage.estimator")
+            cmd[i + 1] = name  # only the estimator differs: OpenRLHF's built-in or rlhf_ext's
+            record = smoke.run_record_dir(out)
+            if record.exists():
+                import shutil
 
-            shutil.rmtree(record)
-        print(f"training {name} ({steps} steps)...", flush=True)
-        t0 = time.time()
-        rc = smoke.run_training(cmd, workdir / f"train_{name}.log", timeout=timeout, echo=False, env=smoke.train_env())
-        if rc != 0:
-            raise SystemExit(f"error: the {name} run failed (exit {rc}); see {workdir / f'train_{name}.log'}")
-        results[name] = {"wall_s": time.time() - t0, "steps": _step_timings(record / "metrics.jsonl")}
+                shutil.rmtree(record)
+            print(f"round {r + 1}/{rounds}: training {name} ({steps} steps)...", flush=True)
+            t0 = time.time()
+            log = workdir / f"train_{name}_{r + 1}.log"
+            rc = smoke.run_training(cmd, log, timeout=timeout, echo=False, env=smoke.train_env())
+            if rc != 0:
+                raise SystemExit(f"error: the {name} run failed (exit {rc}); see {log}")
+            timings = _step_timings(record / "metrics.jsonl")
+            if len(timings) != steps:
+                raise SystemExit(f"error: the {name} run recorded {len(timings)} steps, expected {steps}")
+            results[name]["wall_s"].append(time.time() - t0)
+            results[name]["steps"].extend(timings[1:])  # the first step of a run is warm-up
     load_after = os.getloadavg()
-    return {"steps": steps, "runs": results, "load_avg_before": [round(x, 2) for x in load_before],
+    return {"steps": steps, "rounds": rounds, "runs": results, "load_avg_before": [round(x, 2) for x in load_before],
             "load_avg_after": [round(x, 2) for x in load_after], "cpus": os.cpu_count()}
 
 
@@ -720,16 +729,19 @@ def _step_timings(path: Path) -> list:
 def print_whole_step(report: dict) -> None:
     runs = report["runs"]
     keys = sorted(set().union(*[set(s) for r in runs.values() for s in r["steps"]]))
-    print(f"\n== whole step, CPU smoke run, {report['steps']} steps each (medians of steps 2..{report['steps']})")
-    print(f"   {'timing metric':<36}{'plugin group_norm':>18}{'plugin grpo':>14}{'ratio':>9}")
+    n = len(runs["grpo"]["steps"])
+    print(f"\n== whole step, CPU smoke run: {report['rounds']} run(s) of {report['steps']} steps per side, "
+          f"median over {n} steps per side (each run's first step left out)")
+    print(f"   {'timing metric (s)':<28}{'plugin + group_norm':>20}{'plugin + grpo':>15}{'ratio':>9}")
     for key in keys:
         vals = {}
         for name, run in runs.items():
-            xs = [s[key] for s in run["steps"][1:] if key in s]
+            xs = [s[key] for s in run["steps"] if key in s]
             vals[name] = statistics.median(xs) if xs else float("nan")
         ratio = vals["grpo"] / vals["group_norm"] if vals["group_norm"] else float("nan")
-        print(f"   {key:<36}{vals['group_norm']:>17.3f}s{vals['grpo']:>13.3f}s{ratio:>8.3f}x")
-    print(f"   wall clock of each run: group_norm {runs['group_norm']['wall_s']:.0f} s, grpo {runs['grpo']['wall_s']:.0f} s")
+        print(f"   {key:<28}{vals['group_norm']:>20.3f}{vals['grpo']:>15.3f}{ratio:>8.3f}x")
+    walls = {name: ", ".join(f"{w:.0f}" for w in run["wall_s"]) for name, run in runs.items()}
+    print(f"   wall clock per run (s, start-up included): group_norm {walls['group_norm']}; grpo {walls['grpo']}")
     print(f"   machine: {report['cpus']} CPUs; load average {report['load_avg_before'][0]:.2f} -> "
           f"{report['load_avg_after'][0]:.2f} (1 min)")
 
@@ -748,6 +760,8 @@ def main(argv=None) -> int:
     parser.add_argument("--whole-step", action="store_true",
                         help="instead: two short CPU smoke trainings (run it under flock /tmp/rlhf_heavy.lock)")
     parser.add_argument("--steps", type=int, default=5, help="--whole-step: training steps per run (default 5)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="--whole-step: runs per side, alternating which side goes first (default 1)")
     parser.add_argument("--workdir", type=Path, default=Path("runs/plugin_step_cost"),
                         help="--whole-step: where the task, logs and run records go")
     parser.add_argument("--timeout", type=float, default=1200, help="--whole-step: seconds per training run")
@@ -760,7 +774,7 @@ def main(argv=None) -> int:
     if args.whole_step:
         if args.steps < 2:
             parser.error("--steps must be >= 2 (the first step is warm-up)")
-        report = whole_step(args.workdir, args.steps, args.timeout)
+        report = whole_step(args.workdir, args.steps, args.timeout, args.rounds)
         print_whole_step(report)
         reports = [report]
     else:
