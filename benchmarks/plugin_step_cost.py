@@ -35,7 +35,8 @@ KL reward           ``experience_maker.compute_approx_kl`` (k1, no grad) on the 
 ==================  ============================================================================
 
 The sum is advantages + reward extraction + actor step scaled to every train micro-batch of the
-step on one rank. The guard (``--rlhf_ext.guard``) is off in the patched process: its cost is
+step on one rank; "algorithm only" leaves out reward extraction (whose extra cost is the reward
+file's per-sample logs, not the estimator). The guard (``--rlhf_ext.guard``) is off in the patched process: its cost is
 ``benchmarks/guard_cost.py``'s. Without the plugin OpenRLHF cannot import ``flash_attn`` on a
 CPU box, so the unpatched process installs only rlhf_ext's flash-attn import fallback (no seam
 changes; the identity checks prove it).
@@ -80,6 +81,7 @@ SHAPES = {
 }
 SEAMS = ("advantages", "reward_extraction", "actor_step", "policy_loss", "kl_loss", "kl_reward")
 SUM_SEAMS = ("advantages", "reward_extraction", "actor_step")
+ALGORITHM_SEAMS = ("advantages", "actor_step")  # what selecting grpo changes, without the reward file's logs
 GOAL = 1.02
 # grpo's eps is 1e-6 where OpenRLHF's group_norm adds 1e-9: advantages agree to ~1e-5 relative
 RTOL, ATOL = 1e-4, 1e-5
@@ -617,12 +619,13 @@ def compare_seams(shape: str, reps: int, threads: int, seams=SEAMS, progress: bo
               "identity": {side: r["identity"] for side, r in ready.items()}, "seams": rows,
               "load_avg_before": [round(x, 2) for x in load_before],
               "load_avg_after": [round(x, 2) for x in load_after], "cpus": os.cpu_count()}
-    if all(s in rows for s in SUM_SEAMS):
-        def total_of(side):
-            return sum(rows[s][f"{side}_s"] * (actor_scale if s == "actor_step" else 1.0) for s in SUM_SEAMS)
+    def total_of(side, names):
+        return sum(rows[s][f"{side}_s"] * (actor_scale if s == "actor_step" else 1.0) for s in names)
 
-        u, p = total_of("unpatched"), total_of("patched")
-        report["sum"] = {"unpatched_s": u, "patched_s": p, "ratio": p / u, "actor_scale": actor_scale}
+    for key, names in (("sum", SUM_SEAMS), ("sum_algorithm", ALGORITHM_SEAMS)):
+        if all(s in rows for s in names):
+            u, p = total_of("unpatched", names), total_of("patched", names)
+            report[key] = {"unpatched_s": u, "patched_s": p, "ratio": p / u, "actor_scale": actor_scale}
     return report
 
 
@@ -644,10 +647,12 @@ def print_report(report: dict) -> None:
         diff = max(row["max_abs_diff"].values()) if row["max_abs_diff"] else 0.0
         print(f"   {seam:<20}{_fmt(row['unpatched_s']):>21}{_fmt(row['patched_s']):>14}{row['ratio']:>8.3f}x"
               f"   equal ({diff:.1e}){flag}")
-    if "sum" in sc:
-        s = sc["sum"]
-        print(f"   {'sum per step':<20}{_fmt(s['unpatched_s']):>21}{_fmt(s['patched_s']):>14}{s['ratio']:>8.3f}x"
-              f"   (advantages + reward extraction + actor step x {s['actor_scale']:g})")
+    for key, label, what in (("sum", "sum per step", "advantages + reward extraction + actor step"),
+                             ("sum_algorithm", "  algorithm only", "advantages + actor step")):
+        if key in sc:
+            s = sc[key]
+            print(f"   {label:<20}{_fmt(s['unpatched_s']):>21}{_fmt(s['patched_s']):>14}{s['ratio']:>8.3f}x"
+                  f"   ({what} x {s['actor_scale']:g})")
     print(f"   machine: {sc['cpus']} CPUs; load average {sc['load_avg_before'][0]:.2f} -> {sc['load_avg_after'][0]:.2f} "
           f"(1 min), {sc['load_avg_after'][1]:.2f} (5 min); identity checks passed on both sides")
 
