@@ -165,3 +165,17 @@ def test_zero_variance_flags_match_zero_variance_groups():
     got[indices] = torch.cat([e.info["zero_variance_group_frac"] for e in experiences])
     expected = zero_variance_groups(grouped).float()[:, None].expand(-1, 4).reshape(-1)
     assert torch.equal(got, expected) and got.tolist().count(1.0) == 8
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_clip_fractions_from_a_known_total(seed):
+    new, old, adv, mask = batch(seed, empty_row=seed % 2 == 0)
+    full = ppo_clip_fractions(new, old, adv, mask, eps_low=0.2, eps_high=0.28)
+    total = full["clip_frac_low"] + full["clip_frac_high"]
+    split = ppo_clip_fractions(new, old, adv, mask, eps_low=0.2, eps_high=0.28, clipped=total)
+    torch.testing.assert_close(split["clip_frac_high"], full["clip_frac_high"])
+    torch.testing.assert_close(split["clip_frac_low"], full["clip_frac_low"])
+    # a total below the upper count (a rounding tie in the caller's count) never gives a negative fraction
+    low_total = ppo_clip_fractions(new, old, adv, mask, eps_low=0.2, eps_high=0.28, clipped=full["clip_frac_high"] / 2)
+    assert float(low_total["clip_frac_low"]) == 0.0
+    assert float(low_total["clip_frac_high"]) == pytest.approx(float(full["clip_frac_high"]) / 2)

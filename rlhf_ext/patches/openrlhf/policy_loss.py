@@ -114,7 +114,7 @@ def make_policy_loss_class(base, module=None):
                     log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
                     dp_size, batch_num_tokens, global_batch_size,
                 )  # fmt: skip
-                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask)
+                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask, out[1])
                 return out
 
             keep = action_mask.bool().any(dim=-1)  # OpenRLHF's counts leave out empty sequences too
@@ -129,7 +129,7 @@ def make_policy_loss_class(base, module=None):
                     log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
                     scale, denom, global_batch_size,
                 )  # fmt: skip
-                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask)
+                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask, out[1])
                 return out
 
             if not bool(keep.any()):
@@ -160,17 +160,20 @@ def make_policy_loss_class(base, module=None):
         def _max_len(self, action_mask) -> float:
             return float(self.loss_agg_max_len if self.loss_agg_max_len is not None else action_mask.shape[-1])
 
-        def _side_metrics(self, log_probs, old_log_probs, advantages, action_mask) -> Dict[str, torch.Tensor]:
+        def _side_metrics(self, log_probs, old_log_probs, advantages, action_mask, clip_ratio) -> Dict[str, torch.Tensor]:
             """Low/high clip fractions for OpenRLHF's own losses (OpenRLHF reports only their sum).
 
-            Plain PPO (the common case) takes :func:`rlhf_ext.algorithms.ppo_clip_fractions`: a few
-            comparisons, no second pass through the loss, no host-device synchronisation. Dual clip
-            and GSPO take the registered function of the same name on the non-empty sequences.
+            Plain PPO (the common case) takes :func:`rlhf_ext.algorithms.ppo_clip_fractions` with
+            OpenRLHF's ``clip_ratio`` (the fraction clipped at either bound, over the same mask):
+            the upper bound is counted, the lower is the rest; no second pass through the loss, no
+            host-device synchronisation. Dual clip and GSPO take the registered function of the
+            same name on the non-empty sequences.
             """
             if self.policy_loss_type == "ppo" and self.dual_clip is None:
                 return ppo_clip_fractions(
-                    log_probs, old_log_probs, advantages, action_mask, eps_low=self.clip_eps_low, eps_high=self.clip_eps_high
-                )
+                    log_probs, old_log_probs, advantages, action_mask, eps_low=self.clip_eps_low,
+                    eps_high=self.clip_eps_high, clipped=clip_ratio,
+                )  # fmt: skip
             keep = action_mask.bool().any(dim=-1)
             if not bool(keep.any()):
                 return {}
