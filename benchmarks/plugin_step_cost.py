@@ -49,7 +49,8 @@ it; only the algorithm seams differ). Per-step times come from the run record's 
 metrics (``metrics.jsonl``); the first step (warm-up) is left out of the medians.
 
     python benchmarks/plugin_step_cost.py                               # smoke shapes, then 512 x 8 x 4096
-    python benchmarks/plugin_step_cost.py --shape smoke --reps 30       # only the CPU smoke shapes
+    python benchmarks/plugin_step_cost.py --shape smoke --reps 20       # only the CPU smoke shapes
+    python benchmarks/plugin_step_cost.py --shape smoke --control       # A/A: both sides unpatched (noise floor)
     python benchmarks/plugin_step_cost.py --shape realistic --reps 5 --json out.json
     flock /tmp/rlhf_heavy.lock python benchmarks/plugin_step_cost.py --whole-step --steps 5
 
@@ -86,6 +87,7 @@ GOAL = 1.02
 # grpo's eps is 1e-6 where OpenRLHF's group_norm adds 1e-9: advantages agree to ~1e-5 relative
 RTOL, ATOL = 1e-4, 1e-5
 PROTOCOL_MARK = "@@plugin_step_cost@@ "
+INNER_TARGET_S, MAX_INNER = 0.25, 25  # per repetition and side: short seams are run several times
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,7 +468,7 @@ class Side:
         return {}
 
 
-def child_main(side: str, shape: str, threads: int, outdir: str) -> int:
+def child_main(side: str, shape: str, threads: int, outdir: str, role: str = "") -> int:
     """Serve ``warm SEAM`` / ``run SEAM`` / ``quit`` lines from the parent; answer in JSON lines."""
     # The answers go through a private copy of stdout; whatever the libraries print goes to stderr.
     proto = os.fdopen(os.dup(1), "w")
@@ -494,7 +496,7 @@ def child_main(side: str, shape: str, threads: int, outdir: str) -> int:
             result = s.run(seam, prepared)
             dt = time.perf_counter() - t0
             if cmd == "warm":
-                torch.save(s.outputs(seam, result), os.path.join(outdir, f"{side}_{seam}.pt"))
+                torch.save(s.outputs(seam, result), os.path.join(outdir, f"{role or side}_{seam}.pt"))
             del result, prepared
             send({"seam": seam, "seconds": dt})
         except SideError as exc:
@@ -520,11 +522,11 @@ def _child_env(side: str) -> dict:
 
 
 class Child:
-    def __init__(self, side, shape, threads, outdir):
+    def __init__(self, side, shape, threads, outdir, role=None):
         self.side = side
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE), "--child", side, "--shape", shape, "--threads", str(threads),
-             "--outdir", outdir],
+             "--outdir", outdir, "--role", role or side],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_child_env(side),
         )
 
@@ -540,7 +542,7 @@ class Child:
             raise SystemExit(f"error: {msg['error']}")
         return msg
 
-    def ask(self, cmd: str, seam: str) -> float:
+    def ask(self, cmd: str, seam: str) -> float:  # noqa: D102
         self.proc.stdin.write(f"{cmd} {seam}\n")
         self.proc.stdin.flush()
         return self.read()["seconds"]
@@ -578,30 +580,39 @@ def compare_outputs(outdir: str, seam: str) -> dict:
     return diffs
 
 
-def compare_seams(shape: str, reps: int, threads: int, seams=SEAMS, progress: bool = True) -> dict:
-    """Run both sides on ``shape`` and return the report (times in seconds, ratios, numerics)."""
+def compare_seams(shape: str, reps: int, threads: int, seams=SEAMS, progress: bool = True,
+                  control: bool = False) -> dict:
+    """Run both sides on ``shape`` and return the report (times in seconds, ratios, numerics).
+
+    Each repetition runs a seam ``inner`` times per side, alternating sides, where ``inner`` makes
+    a short seam add up to about ``INNER_TARGET_S`` (a millisecond seam gets many samples, a
+    multi-second one a single sample per repetition). ``control``: an A/A run, both processes
+    unpatched OpenRLHF with group_norm (the noise floor of the comparison on this machine).
+    """
     sc = SHAPES[shape]
     with tempfile.TemporaryDirectory(prefix="plugin_step_cost_") as outdir:
         load_before = os.getloadavg()
-        children = {side: Child(side, shape, threads, outdir) for side in ("unpatched", "patched")}
+        children = {role: Child("unpatched" if control else role, shape, threads, outdir, role)
+                    for role in ("unpatched", "patched")}
         try:
             ready = {side: c.read() for side, c in children.items()}
             times = {seam: {"unpatched": [], "patched": []} for seam in seams}
-            numerics = {}
+            numerics, inner = {}, {}
             for seam in seams:  # warm-up run, which also writes the outputs for the check
-                for side in ("unpatched", "patched"):
-                    children[side].ask("warm", seam)
+                warm = max(children[side].ask("warm", seam) for side in ("unpatched", "patched"))
+                inner[seam] = max(1, min(MAX_INNER, int(INNER_TARGET_S / max(warm, 1e-6))))
                 numerics[seam] = compare_outputs(outdir, seam)
-            total = reps * len(seams)
+            total = reps * sum(inner.values())
             done = 0
             for rep in range(reps):
-                order = ("unpatched", "patched") if rep % 2 == 0 else ("patched", "unpatched")
                 for seam in seams:
-                    for side in order:
-                        times[seam][side].append(children[side].ask("run", seam))
-                    done += 1
-                    if progress:
-                        _progress(f"{shape}: repetition {rep + 1}/{reps}", done, total)
+                    for i in range(inner[seam]):
+                        order = ("unpatched", "patched") if (rep + i) % 2 == 0 else ("patched", "unpatched")
+                        for side in order:
+                            times[seam][side].append(children[side].ask("run", seam))
+                        done += 1
+                        if progress and done % 10 == 0 or done == total:
+                            _progress(f"{shape}: repetition {rep + 1}/{reps}", done, total)
             if progress:
                 sys.stderr.write("\n")
         finally:
@@ -614,8 +625,8 @@ def compare_seams(shape: str, reps: int, threads: int, seams=SEAMS, progress: bo
     for seam in seams:
         u, p = statistics.median(times[seam]["unpatched"]), statistics.median(times[seam]["patched"])
         rows[seam] = {"unpatched_s": u, "patched_s": p, "ratio": p / u if u > 0 else float("nan"),
-                      "max_abs_diff": numerics[seam]}
-    report = {"shape": shape, **sc, "reps": reps, "torch_threads": ready["patched"]["threads"],
+                      "samples": len(times[seam]["patched"]), "max_abs_diff": numerics[seam]}
+    report = {"shape": shape, **sc, "reps": reps, "control": control, "torch_threads": ready["patched"]["threads"],
               "identity": {side: r["identity"] for side, r in ready.items()}, "seams": rows,
               "load_avg_before": [round(x, 2) for x in load_before],
               "load_avg_after": [round(x, 2) for x in load_after], "cpus": os.cpu_count()}
@@ -640,21 +651,23 @@ def print_report(report: dict) -> None:
     sc = report
     print(f"\n== {sc['shape']}: {sc['prompts']} prompts x {sc['n']} samples x {sc['tokens']} tokens "
           f"(rollout micro-batch {sc['rollout_micro']}, train micro-batch {sc['train_micro']}); "
-          f"median of {sc['reps']} interleaved repetitions, torch threads {sc['torch_threads']}")
-    print(f"   {'seam':<20}{'OpenRLHF group_norm':>21}{'plugin grpo':>14}{'ratio':>9}   numerics (max |diff|)")
+          f"medians, {sc['reps']} interleaved repetitions, torch threads {sc['torch_threads']}")
+    right = "A/A: group_norm" if sc.get("control") else "plugin grpo"
+    print(f"   {'seam':<20}{'OpenRLHF group_norm':>21}{right:>16}{'ratio':>9}{'runs':>6}   numerics (max |diff|)")
     for seam, row in sc["seams"].items():
         flag = "" if row["ratio"] <= GOAL else "  > goal"
         diff = max(row["max_abs_diff"].values()) if row["max_abs_diff"] else 0.0
-        print(f"   {seam:<20}{_fmt(row['unpatched_s']):>21}{_fmt(row['patched_s']):>14}{row['ratio']:>8.3f}x"
-              f"   equal ({diff:.1e}){flag}")
+        print(f"   {seam:<20}{_fmt(row['unpatched_s']):>21}{_fmt(row['patched_s']):>16}{row['ratio']:>8.3f}x"
+              f"{row['samples']:>6}   equal ({diff:.1e}){flag}")
     for key, label, what in (("sum", "sum per step", "advantages + reward extraction + actor step"),
                              ("sum_algorithm", "  algorithm only", "advantages + actor step")):
         if key in sc:
             s = sc[key]
-            print(f"   {label:<20}{_fmt(s['unpatched_s']):>21}{_fmt(s['patched_s']):>14}{s['ratio']:>8.3f}x"
+            print(f"   {label:<20}{_fmt(s['unpatched_s']):>21}{_fmt(s['patched_s']):>16}{s['ratio']:>8.3f}x"
                   f"   ({what} x {s['actor_scale']:g})")
     print(f"   machine: {sc['cpus']} CPUs; load average {sc['load_avg_before'][0]:.2f} -> {sc['load_avg_after'][0]:.2f} "
-          f"(1 min), {sc['load_avg_after'][1]:.2f} (5 min); identity checks passed on both sides")
+          f"(1 min), {sc['load_avg_after'][1]:.2f} (5 min); identity checks passed on both sides"
+          + ("; A/A CONTROL: both sides unpatched" if sc.get("control") else ""))
 
 
 def _fmt(seconds: float) -> str:
@@ -757,11 +770,14 @@ def main(argv=None) -> int:
                         help="input shapes: smoke (the CPU smoke run's), realistic (512 x 8 x 4096), tiny, or "
                              "all = smoke then realistic (default)")
     parser.add_argument("--reps", type=int, default=None,
-                        help="interleaved repetitions per seam (default: 30 smoke/tiny, 5 realistic)")
+                        help="interleaved repetitions (default: 10 smoke/tiny, 5 realistic); in each, a seam "
+                             f"runs as many times as fit in {INNER_TARGET_S} s (at most {MAX_INNER})")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in each side's process (default 1: "
                                                                 "the two sides run one at a time; steadier on a shared box)")
     parser.add_argument("--seams", default=",".join(SEAMS), help=f"comma list from {', '.join(SEAMS)}")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
+    parser.add_argument("--control", action="store_true",
+                        help="A/A run: both processes unpatched OpenRLHF (group_norm); shows the noise floor")
     parser.add_argument("--whole-step", action="store_true",
                         help="instead: two short CPU smoke trainings (run it under flock /tmp/rlhf_heavy.lock)")
     parser.add_argument("--steps", type=int, default=5, help="--whole-step: training steps per run (default 5)")
@@ -772,10 +788,11 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=1200, help="--whole-step: seconds per training run")
     parser.add_argument("--child", choices=["patched", "unpatched"], help=argparse.SUPPRESS)
     parser.add_argument("--outdir", help=argparse.SUPPRESS)
+    parser.add_argument("--role", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.child:
-        return child_main(args.child, args.shape, args.threads, args.outdir)
+        return child_main(args.child, args.shape, args.threads, args.outdir, args.role or "")
     if args.whole_step:
         if args.steps < 2:
             parser.error("--steps must be >= 2 (the first step is warm-up)")
@@ -790,8 +807,8 @@ def main(argv=None) -> int:
         shapes = ["smoke", "realistic"] if args.shape == "all" else [args.shape]
         reports = []
         for shape in shapes:
-            reps = args.reps or (5 if shape == "realistic" else 30)
-            report = compare_seams(shape, reps, args.threads, seams)
+            reps = args.reps or (5 if shape == "realistic" else 10)
+            report = compare_seams(shape, reps, args.threads, seams, control=args.control)
             print_report(report)
             reports.append(report)
     if args.json:
