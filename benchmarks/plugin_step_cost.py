@@ -462,7 +462,8 @@ class Side:
                     "kl": torch.stack([s["metrics"]["kl"].float() for s in result]),
                     "grads": torch.cat([g.flatten() for g in self.last_grads])}
         if seam in ("policy_loss", "kl_loss"):
-            return {"loss": torch.stack([loss for loss, _ in result]), "grads": torch.cat([g.flatten() for _, g in result])}
+            return {"loss": torch.stack([loss for loss, _ in result]),
+                    "grads": torch.cat([g.flatten() for _, g in result])}
         if seam == "kl_reward":
             return {"kl": torch.cat([k.flatten() for k in result])}
         return {}
@@ -665,7 +666,8 @@ def print_report(report: dict) -> None:
             s = sc[key]
             print(f"   {label:<20}{_fmt(s['unpatched_s']):>21}{_fmt(s['patched_s']):>16}{s['ratio']:>8.3f}x"
                   f"   ({what} x {s['actor_scale']:g})")
-    print(f"   machine: {sc['cpus']} CPUs; load average {sc['load_avg_before'][0]:.2f} -> {sc['load_avg_after'][0]:.2f} "
+    print(f"   machine: {sc['cpus']} CPUs; load average {sc['load_avg_before'][0]:.2f} -> "
+          f"{sc['load_avg_after'][0]:.2f} "
           f"(1 min), {sc['load_avg_after'][1]:.2f} (5 min); identity checks passed on both sides"
           + ("; A/A CONTROL: both sides unpatched" if sc.get("control") else ""))
 
@@ -772,8 +774,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=None,
                         help="interleaved repetitions (default: 10 smoke/tiny, 5 realistic); in each, a seam "
                              f"runs as many times as fit in {INNER_TARGET_S} s (at most {MAX_INNER})")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads in each side's process (default 1: "
-                                                                "the two sides run one at a time; steadier on a shared box)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads in each side's process (default 1: the two sides run one at a time; "
+                             "steadier on a shared box)")
     parser.add_argument("--seams", default=",".join(SEAMS), help=f"comma list from {', '.join(SEAMS)}")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     parser.add_argument("--control", action="store_true",

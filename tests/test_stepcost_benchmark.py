@@ -41,7 +41,8 @@ def test_tiny_seam_comparison_reports_both_sides_with_equal_numerics(bench):
     assert ident["unpatched"]["ppo_actor.PolicyLoss"] == "PolicyLoss"
     assert ident["patched"]["ppo_actor.PolicyLoss"] == "policy losses and aggregation modes"
     assert ident["patched"]["RemoteExperienceMaker.compute_advantages_and_returns"] == "advantage estimators"
-    assert ident["unpatched"]["RemoteExperienceMaker.compute_advantages_and_returns"].startswith("RemoteExperienceMaker.")
+    unpatched_adv = ident["unpatched"]["RemoteExperienceMaker.compute_advantages_and_returns"]
+    assert unpatched_adv.startswith("RemoteExperienceMaker.")
     assert report["sum"]["unpatched_s"] > 0 and report["sum"]["patched_s"] > 0
     assert report["torch_threads"] == 1
 

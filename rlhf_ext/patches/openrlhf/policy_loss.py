@@ -160,7 +160,9 @@ def make_policy_loss_class(base, module=None):
         def _max_len(self, action_mask) -> float:
             return float(self.loss_agg_max_len if self.loss_agg_max_len is not None else action_mask.shape[-1])
 
-        def _side_metrics(self, log_probs, old_log_probs, advantages, action_mask, clip_ratio) -> Dict[str, torch.Tensor]:
+        def _side_metrics(
+            self, log_probs, old_log_probs, advantages, action_mask, clip_ratio
+        ) -> Dict[str, torch.Tensor]:
             """Low/high clip fractions for OpenRLHF's own losses (OpenRLHF reports only their sum).
 
             Plain PPO (the common case) takes :func:`rlhf_ext.algorithms.ppo_clip_fractions` with
