@@ -179,3 +179,14 @@ def test_clip_fractions_from_a_known_total(seed):
     low_total = ppo_clip_fractions(new, old, adv, mask, eps_low=0.2, eps_high=0.28, clipped=full["clip_frac_high"] / 2)
     assert float(low_total["clip_frac_low"]) == 0.0
     assert float(low_total["clip_frac_high"]) == pytest.approx(float(full["clip_frac_high"]) / 2)
+
+
+def test_update_counter_takes_a_known_signal():
+    from rlhf_ext.algorithms import UpdateCounter
+
+    c = UpdateCounter()
+    assert c.add_signal(False) is False and c.add_signal(torch.tensor(True)) is True
+    assert c.end_update() is True  # one micro-batch of the window had signal
+    c.add_signal(False)
+    assert c.end_update() is False
+    assert (c.attempted, c.applied, c.zero_advantage) == (2, 1, 1)
