@@ -27,7 +27,7 @@ from .registry import (
     register_policy_loss,
 )
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
-from .policy_losses import gspo, noclip, pg, ppo
+from .policy_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import k1, k2, k3, kl_estimate
@@ -57,6 +57,7 @@ __all__ = [
     "rft",
     "whiten",
     "ppo",
+    "ppo_clip_fractions",
     "gspo",
     "pg",
     "noclip",

@@ -9,6 +9,7 @@ Metrics are detached 0-dim tensors averaged over the tokens in ``mask``.
 
 from __future__ import annotations
 
+import math
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -89,6 +90,44 @@ def ppo(
     metrics["ppo_kl"] = _masked_mean(-log_ratio, maskb)
     metrics["ratio_mean"] = _masked_mean(ratio, maskb)
     return _masked(loss, maskb), metrics
+
+
+def ppo_clip_fractions(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: Optional[float] = None,
+    clipped: Optional[torch.Tensor] = None,
+) -> Metrics:
+    """:func:`ppo`'s ``clip_frac_low`` and ``clip_frac_high`` alone, for a loss computed elsewhere.
+
+    For a training loop that already ran a PPO loss (e.g. OpenRLHF's, which reports only the sum
+    of the two) and wants the split per bound: ``rho < 1 - eps_low`` with ``A < 0``, and
+    ``rho > 1 + eps_high`` with ``A > 0``, as fractions of the tokens in ``mask``. Compared in log
+    space (``log rho < log(1 - eps_low)``), so no ``exp`` and no second pass through the loss; a
+    token whose ratio lies within float rounding of a bound may be counted differently than
+    :func:`ppo` counts it. No input checks and no host-device synchronisation: it runs in every
+    micro-batch, after the loss has seen the same tensors. An empty ``mask`` gives 0.
+
+    ``clipped``: the fraction of the ``mask`` tokens clipped at either bound, when the caller has it
+    (OpenRLHF's ``clip_ratio``); then only the upper bound is counted and ``clip_frac_low`` is
+    ``clipped - clip_frac_high`` (kept within ``[0, clipped]``), which halves the work.
+    """
+    eps_high = _check_clip(eps_low, eps_high, "ppo_clip_fractions")
+    with torch.no_grad():
+        maskb = mask if mask.dtype == torch.bool else mask.bool()
+        log_ratio = log_probs.detach() - old_log_probs
+        tokens = maskb.sum().clamp(min=1).to(torch.float32)
+        high = ((log_ratio > math.log1p(eps_high)) & (advantages > 0) & maskb).sum() / tokens
+        if clipped is not None:
+            clipped = clipped.detach().to(high.dtype)
+            high = torch.minimum(high, clipped)
+            return {"clip_frac_low": clipped - high, "clip_frac_high": high}
+        low = ((log_ratio < math.log1p(-eps_low)) & (advantages < 0) & maskb).sum() / tokens
+        return {"clip_frac_low": low, "clip_frac_high": high}
 
 
 @register_policy_loss("gspo")

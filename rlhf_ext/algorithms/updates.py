@@ -45,7 +45,11 @@ class UpdateCounter:
     _window_signal: bool = False
 
     def add_micro_batch(self, advantages: torch.Tensor, mask: torch.Tensor) -> bool:
-        signal = has_signal(advantages, mask)
+        return self.add_signal(has_signal(advantages, mask))
+
+    def add_signal(self, signal: bool) -> bool:
+        """Record a micro-batch whose signal the caller already knows (e.g. from a cheaper test)."""
+        signal = bool(signal)
         self._window_signal = self._window_signal or signal
         return signal
 

@@ -25,7 +25,7 @@ from typing import List, Tuple
 
 import torch
 
-from rlhf_ext.algorithms import get_advantage, whiten, zero_variance_groups
+from rlhf_ext.algorithms import get_advantage, whiten
 
 from .config import (
     DISCOUNTED_ESTIMATORS,
@@ -65,10 +65,16 @@ def _ungroup(grouped: torch.Tensor, indices: torch.Tensor, exp_len: List[int]):
 
 
 def attach_zero_variance(experiences, grouped: torch.Tensor, indices, exp_len) -> None:
-    """Per-sample 0/1 "my group's rewards are all equal"; its mean over the batch is the group fraction."""
+    """Per-sample 0/1 "my group's rewards are all equal"; its mean over the batch is the group fraction.
+
+    :func:`rlhf_ext.algorithms.zero_variance_groups` without its input checks (one ``aminmax``
+    pass, no synchronisation): this runs on every rollout batch, and the estimator validates the
+    same scores right after.
+    """
     if grouped.shape[1] < 2:
         return
-    flags = zero_variance_groups(grouped).to(torch.float32)[:, None].expand_as(grouped)
+    low, high = torch.aminmax(grouped, dim=1)
+    flags = (low == high).to(torch.float32)[:, None].expand_as(grouped)
     for experience, value in zip(experiences, _ungroup(flags.contiguous(), indices, exp_len)):
         experience.info[ZERO_VARIANCE_KEY] = value.clone()
 

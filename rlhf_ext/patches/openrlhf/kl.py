@@ -7,7 +7,8 @@ every estimator to the fixed range [-10, 10]. It is called for the KL reward (in
 name in each. The replacement reads the run's setting from a context variable that the patched
 ``make_experience`` / ``training_step`` set from ``args``:
 
-* no ``--algo.kl.clip``: OpenRLHF's function runs untouched (bit-identical);
+* no ``--algo.kl.clip``: OpenRLHF's function runs untouched (bit-identical), and the clamped
+  tokens are read off its result (a value at +-10);
 * ``--algo.kl.clip LO HI`` / ``none``: :func:`rlhf_ext.algorithms.kl_estimate` with that clamp
   (log ratio bounded to +-20 first so ``exp`` cannot overflow). With
   ``--algo.kl.unbiased_gradient`` the straight-through gradient of OpenRLHF's function is kept:
@@ -31,6 +32,7 @@ from .config import KL_CLIP_OPENRLHF_DEFAULT, OPENRLHF_KL_CLIP, kl_clip
 
 KL_CLIP_FRAC_KEY = "kl_clip_frac"
 LOG_RATIO_CLIP = 20.0
+_NON_NEGATIVE = ("k2", "k3")  # OpenRLHF's estimators that are >= 0 by construction
 
 
 @dataclass
@@ -57,21 +59,21 @@ class kl_settings:
         _context.reset(self._token)
 
 
-def _clamp_flags(log_probs, log_probs_base, estimator: str, bounds) -> Optional[torch.Tensor]:
+def _bound_flags(value: torch.Tensor, bounds, estimator: str) -> torch.Tensor:
+    """Tokens whose KL sits at a clamp bound, read off the clamped value itself (no second KL pass).
+
+    A value at the bound counts as clamped (an unclamped value exactly equal to the bound is the
+    only case told apart differently, and it changes nothing); a NaN value is not counted. k2 and
+    k3 are never negative, so a bound <= 0 cannot bind for them and is not compared.
+    """
     with torch.no_grad():
-        try:
-            raw, _ = kl_estimate(
-                log_probs.detach().float(),
-                log_probs_base.detach().float(),
-                estimator,
-                clip=None,
-                log_ratio_clip=LOG_RATIO_CLIP,
-            )
-        except ValueError:  # non-finite log-probs: no clamp statistic for this call
-            return None
-    if bounds is None:
-        return torch.zeros_like(raw, dtype=torch.bool)
-    return (raw < bounds[0]) | (raw > bounds[1])
+        v = value.detach()
+        lo, hi = bounds
+        if estimator in _NON_NEGATIVE and lo <= 0:
+            return v >= hi
+        if lo == -hi:
+            return v.abs() >= hi
+        return (v <= lo) | (v >= hi)
 
 
 def make_compute_approx_kl(original, module=None):
@@ -80,13 +82,21 @@ def make_compute_approx_kl(original, module=None):
         ctx = _context.get()
         if ctx is None:
             return original(log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient)
-        bounds = OPENRLHF_KL_CLIP if ctx.clip == KL_CLIP_OPENRLHF_DEFAULT else ctx.clip
-        ctx.flags.append(_clamp_flags(log_probs, log_probs_base, kl_estimator, bounds))
         if ctx.clip == KL_CLIP_OPENRLHF_DEFAULT:
-            return original(log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient)
-        value, _ = kl_estimate(
-            log_probs.float(), log_probs_base.float(), kl_estimator, clip=ctx.clip, log_ratio_clip=LOG_RATIO_CLIP
+            value = original(log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient)
+            ctx.flags.append(_bound_flags(value, OPENRLHF_KL_CLIP, kl_estimator))
+            return value
+        raw, _ = kl_estimate(
+            log_probs.float(), log_probs_base.float(), kl_estimator, clip=None, log_ratio_clip=LOG_RATIO_CLIP
         )
+        if ctx.clip is None:
+            ctx.flags.append(torch.zeros_like(raw, dtype=torch.bool))
+            value = raw
+        else:
+            lo, hi = ctx.clip
+            with torch.no_grad():
+                ctx.flags.append((raw < lo) | (raw > hi))
+            value = raw.clamp(lo, hi)  # = kl_estimate(..., clip=ctx.clip), from the one KL pass
         if not unbiased_gradient:
             return value
         # OpenRLHF's unbiased variant returns value.detach() + g - g.detach(): keep its gradient
@@ -101,8 +111,8 @@ def clipped_fraction(flags: Optional[torch.Tensor], action_mask: torch.Tensor, p
     """Fraction of response tokens flagged: per sample ``[B]`` or over the batch (0-dim)."""
     if flags is None or flags.shape != action_mask.shape:
         return None
-    m = action_mask.bool()
-    hits = (flags & m).to(torch.float32)
+    m = action_mask if action_mask.dtype == torch.bool else action_mask.bool()
+    hits = flags & m
     if per_sample:
         return hits.sum(-1) / m.sum(-1).clamp(min=1).to(torch.float32)
     return hits.sum() / m.sum().clamp(min=1).to(torch.float32)

@@ -27,7 +27,7 @@ from typing import Dict, Optional
 
 import torch
 
-from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss
+from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, ppo_clip_fractions
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
@@ -107,6 +107,16 @@ def make_policy_loss_class(base, module=None):
                 )  # fmt: skip
             if action_mask is None:
                 action_mask = torch.ones_like(log_probs, dtype=torch.bool)
+
+            if self._registered_fn is None and mode not in SUM_MODES:
+                # OpenRLHF's loss and mode: its forward as is, plus the split clip fractions
+                out = super().forward(
+                    log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
+                    dp_size, batch_num_tokens, global_batch_size,
+                )  # fmt: skip
+                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask, out[1])
+                return out
+
             keep = action_mask.bool().any(dim=-1)  # OpenRLHF's counts leave out empty sequences too
             if global_batch_size is None:
                 num_seqs, scale = keep.sum().to(torch.float32), 1  # local counts, as OpenRLHF does then
@@ -114,18 +124,12 @@ def make_policy_loss_class(base, module=None):
                 num_seqs, scale = global_batch_size, dp_size
 
             if self._registered_fn is None:
-                if mode in SUM_MODES:
-                    denom = num_seqs * (self._max_len(action_mask) if mode == "seq-mean-token-sum-norm" else 1)
-                    out = super().forward(
-                        log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
-                        scale, denom, global_batch_size,
-                    )  # fmt: skip
-                else:
-                    out = super().forward(
-                        log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
-                        dp_size, batch_num_tokens, global_batch_size,
-                    )  # fmt: skip
-                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask, keep)
+                denom = num_seqs * (self._max_len(action_mask) if mode == "seq-mean-token-sum-norm" else 1)
+                out = super().forward(
+                    log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
+                    scale, denom, global_batch_size,
+                )  # fmt: skip
+                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask, out[1])
                 return out
 
             if not bool(keep.any()):
@@ -156,8 +160,23 @@ def make_policy_loss_class(base, module=None):
         def _max_len(self, action_mask) -> float:
             return float(self.loss_agg_max_len if self.loss_agg_max_len is not None else action_mask.shape[-1])
 
-        def _side_metrics(self, log_probs, old_log_probs, advantages, action_mask, keep) -> Dict[str, torch.Tensor]:
-            """Low/high clip fractions for OpenRLHF's own losses, from the registered function of the same name."""
+        def _side_metrics(
+            self, log_probs, old_log_probs, advantages, action_mask, clip_ratio
+        ) -> Dict[str, torch.Tensor]:
+            """Low/high clip fractions for OpenRLHF's own losses (OpenRLHF reports only their sum).
+
+            Plain PPO (the common case) takes :func:`rlhf_ext.algorithms.ppo_clip_fractions` with
+            OpenRLHF's ``clip_ratio`` (the fraction clipped at either bound, over the same mask):
+            the upper bound is counted, the lower is the rest; no second pass through the loss, no
+            host-device synchronisation. Dual clip and GSPO take the registered function of the
+            same name on the non-empty sequences.
+            """
+            if self.policy_loss_type == "ppo" and self.dual_clip is None:
+                return ppo_clip_fractions(
+                    log_probs, old_log_probs, advantages, action_mask, eps_low=self.clip_eps_low,
+                    eps_high=self.clip_eps_high, clipped=clip_ratio,
+                )  # fmt: skip
+            keep = action_mask.bool().any(dim=-1)
             if not bool(keep.any()):
                 return {}
             with torch.no_grad():

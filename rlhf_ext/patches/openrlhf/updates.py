@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 
+import torch
+
 from rlhf_ext.algorithms import UpdateCounter
 
 from .config import setting
@@ -41,10 +43,19 @@ def _is_boundary(trainer, step: int) -> bool:
     return (step + 1) % gas == 0
 
 
+def micro_batch_signal(advantages, action_mask) -> bool:
+    """Whether a response token has a non-zero advantage: :func:`rlhf_ext.algorithms.has_signal`
+    without its input checks (OpenRLHF's loss has just used these tensors), one synchronisation.
+    A NaN advantage counts as signal (the guard reports it)."""
+    with torch.no_grad():
+        m = action_mask if action_mask.dtype == torch.bool else action_mask.bool()
+        return bool(((advantages != 0) & m).any())
+
+
 def record_micro_batch(trainer, experience, step: int) -> None:
     """Called after OpenRLHF's ``training_step`` ran on ``experience`` (micro-batch ``step`` of the epoch)."""
     c = counter(trainer)
-    c.add_micro_batch(experience.advantages, experience.action_mask)
+    c.add_signal(micro_batch_signal(experience.advantages, experience.action_mask))
     if _is_boundary(trainer, step):
         signal = float(c.window_signal)
         all_reduce = getattr(trainer.strategy, "all_reduce", None)
