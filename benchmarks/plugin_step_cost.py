@@ -105,6 +105,11 @@ def _ns(**kw):
     return SimpleNamespace(**kw)
 
 
+def _step_metrics() -> str:
+    """``--step-metrics``, handed to the child processes in the environment."""
+    return os.environ.get("RLHF_EXT_BENCH_STEP_METRICS", "all")
+
+
 def _args(estimator: str, shape: dict):
     """The OpenRLHF ``args`` the seams read (OpenRLHF's defaults, the smoke run's GRPO settings)."""
     return _ns(
@@ -121,7 +126,7 @@ def _args(estimator: str, shape: dict):
                   entropy_coef=None, aux_loss_coef=0.0),
         train=_ns(dynamic_batch_enable=False, micro_batch_size=shape["train_micro"], max_epochs=1),
         data=_ns(max_len=shape["prompt_tokens"] + shape["tokens"]),
-        rlhf_ext=_ns(guard="off", run_dir=None),
+        rlhf_ext=_ns(guard="off", run_dir=None, step_metrics=_step_metrics()),
     )
 
 
@@ -424,7 +429,8 @@ class Side:
 
             with kl_settings(self.args) as ctx:
                 kl_loss = body()
-            clipped_fraction(ctx.flags[-1], mask, per_sample=False)
+            if ctx.flags:  # (none with --step-metrics off)
+                clipped_fraction(ctx.flags[-1], mask, per_sample=False)
         else:
             kl_loss = body()
         kl_loss.backward()
@@ -438,7 +444,8 @@ class Side:
 
             with kl_settings(self.args) as ctx:
                 kl = em.compute_approx_kl(logp, base, kl_estimator="k1")
-            clipped_fraction(ctx.flags[-1], mask, per_sample=True)
+            if ctx.flags:
+                clipped_fraction(ctx.flags[-1], mask, per_sample=True)
             return kl
         return em.compute_approx_kl(logp, base, kl_estimator="k1")
 
@@ -449,14 +456,15 @@ class Side:
             out = {"advantages": torch.cat([e.advantages.flatten() for e in result]),
                    "returns": torch.cat([e.returns.flatten() for e in result]),
                    "group_reward_std": torch.cat([e.info["group_reward_std"] for e in result])}
-            if self.patched and not all("zero_variance_group_frac" in e.info for e in result):
+            # (with --step-metrics off the metric is not computed; the patch marks still prove the path)
+            if self.patched and _step_metrics() != "off" and not all("zero_variance_group_frac" in e.info for e in result):
                 raise SideError("patched side: advantages did not go through rlhf_ext (no zero_variance_group_frac)")
             return out
         if seam == "reward_extraction":
             return {"rewards": torch.cat([e.rewards for e in result]), "scores": torch.cat([e.scores for e in result]),
                     "action_mask": torch.cat([e.action_mask.flatten() for e in result]).float()}
         if seam == "actor_step":
-            if self.patched and not all("clip_frac_low" in s["metrics"] for s in result):
+            if self.patched and _step_metrics() != "off" and not all("clip_frac_low" in s["metrics"] for s in result):
                 raise SideError("patched side: the actor step did not go through rlhf_ext's loss (no clip_frac_low)")
             return {"policy_loss": torch.stack([s["metrics"]["policy_loss"].float() for s in result]),
                     "kl": torch.stack([s["metrics"]["kl"].float() for s in result]),
@@ -789,10 +797,15 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("runs/plugin_step_cost"),
                         help="--whole-step: where the task, logs and run records go")
     parser.add_argument("--timeout", type=float, default=1200, help="--whole-step: seconds per training run")
+    parser.add_argument("--step-metrics", choices=["all", "off"], default="all",
+                        help="the patched side's --rlhf_ext.step_metrics (off: only OpenRLHF's own work in the "
+                             "loss, KL and advantage seams; default all)")
     parser.add_argument("--child", choices=["patched", "unpatched"], help=argparse.SUPPRESS)
     parser.add_argument("--outdir", help=argparse.SUPPRESS)
     parser.add_argument("--role", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not args.child:
+        os.environ["RLHF_EXT_BENCH_STEP_METRICS"] = args.step_metrics
 
     if args.child:
         return child_main(args.child, args.shape, args.threads, args.outdir, args.role or "")

@@ -33,6 +33,7 @@ from .config import (
     WHITENED_ESTIMATORS,
     estimator_options,
     setting,
+    step_metrics,
 )
 
 ZERO_VARIANCE_KEY = "zero_variance_group_frac"
@@ -93,7 +94,7 @@ def make_compute_advantages_and_returns(original, module):
         if name in OPENRLHF_ESTIMATORS:
             experiences = original(self, experiences)
             n = _n_samples(args)
-            if experiences and all(e.rewards is not None for e in experiences):
+            if step_metrics(args) and experiences and all(e.rewards is not None for e in experiences):
                 grouped, indices, exp_len = group_values(experiences, [e.rewards.float() for e in experiences], n)
                 attach_zero_variance(experiences, grouped, indices, exp_len)
             return experiences
@@ -132,7 +133,8 @@ def _registered_estimator(maker, experiences, name: str, module):
         stds = grouped.std(-1, keepdim=True).expand_as(grouped).contiguous()
         for experience, std in zip(experiences, _ungroup(stds, indices, exp_len)):
             experience.info["group_reward_std"] = std
-    attach_zero_variance(experiences, grouped, indices, exp_len)
+    if step_metrics(args):
+        attach_zero_variance(experiences, grouped, indices, exp_len)
 
     try:
         advantages = estimator(grouped, **options)

@@ -159,6 +159,13 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
         help="name of the run in config.json (default: the run directory's name, or --ckpt.path's when defaulted)",
     )  # fmt: skip
     group.add_argument(
+        "--rlhf_ext.step_metrics", choices=("all", "off"), default="all",
+        help="the per-step metrics rlhf_ext adds to OpenRLHF's: clip_frac_low/high, kl_clip_frac, "
+        "zero_variance_group_frac, rlhf_ext/updates_* (all, the default); off: none of them, and the "
+        "patched loss, KL and advantage seams do only OpenRLHF's own work (docs/benchmarks.md: what "
+        "they cost per step)",
+    )  # fmt: skip
+    group.add_argument(
         "--rlhf_ext.guard", choices=("stop", "warn", "off"), default="stop",
         help="non-finite guard: loss, policy loss, entropy, advantages, |log-ratio| before each backward and the "
         "gradients before each optimizer step. stop (default): no optimizer step, incident.json, exit code 3; "

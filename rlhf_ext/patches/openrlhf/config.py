@@ -37,6 +37,13 @@ def setting(args, dotted: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
+def step_metrics(args) -> bool:
+    """``--rlhf_ext.step_metrics``: whether the per-step metrics rlhf_ext adds to OpenRLHF's are
+    computed (split clip fractions, ``kl_clip_frac``, ``zero_variance_group_frac``, update counts).
+    Each costs a few passes over the step's token tensors; ``off`` leaves OpenRLHF's own work alone."""
+    return setting(args, "rlhf_ext.step_metrics", "all") != "off"
+
+
 def parse_option_value(text: str) -> Any:
     """``"4"`` -> 4, ``"1e-6"`` -> 1e-6, ``"true"``/``"false"`` -> bool, anything else stays a string."""
     lowered = text.strip().lower()

@@ -28,7 +28,7 @@ import torch
 
 from rlhf_ext.algorithms import kl_estimate
 
-from .config import KL_CLIP_OPENRLHF_DEFAULT, OPENRLHF_KL_CLIP, kl_clip
+from .config import KL_CLIP_OPENRLHF_DEFAULT, OPENRLHF_KL_CLIP, kl_clip, step_metrics
 
 KL_CLIP_FRAC_KEY = "kl_clip_frac"
 LOG_RATIO_CLIP = 20.0
@@ -39,6 +39,7 @@ _NON_NEGATIVE = ("k2", "k3")  # OpenRLHF's estimators that are >= 0 by construct
 class KLContext:
     clip: object  # KL_CLIP_OPENRLHF_DEFAULT, None or (lo, hi)
     flags: List[Optional[torch.Tensor]] = field(default_factory=list)  # per call: bool [B, T] "clamped"
+    record: bool = True  # --rlhf_ext.step_metrics: compute the clamp flags at all
 
 
 _context: contextvars.ContextVar[Optional[KLContext]] = contextvars.ContextVar("rlhf_ext_kl", default=None)
@@ -48,7 +49,7 @@ class kl_settings:
     """Context manager: KL calls inside use ``args``' clip setting and record clamp flags."""
 
     def __init__(self, args):
-        self.context = KLContext(kl_clip(args))
+        self.context = KLContext(kl_clip(args), record=step_metrics(args))
         self._token = None
 
     def __enter__(self) -> KLContext:
@@ -80,7 +81,7 @@ def make_compute_approx_kl(original, module=None):
     @functools.wraps(original)
     def compute_approx_kl(log_probs, log_probs_base, log_probs_old=None, kl_estimator="k1", unbiased_gradient=False):
         ctx = _context.get()
-        if ctx is None:
+        if ctx is None or (ctx.clip == KL_CLIP_OPENRLHF_DEFAULT and not ctx.record):
             return original(log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient)
         if ctx.clip == KL_CLIP_OPENRLHF_DEFAULT:
             value = original(log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient)
@@ -90,12 +91,14 @@ def make_compute_approx_kl(original, module=None):
             log_probs.float(), log_probs_base.float(), kl_estimator, clip=None, log_ratio_clip=LOG_RATIO_CLIP
         )
         if ctx.clip is None:
-            ctx.flags.append(torch.zeros_like(raw, dtype=torch.bool))
+            if ctx.record:
+                ctx.flags.append(torch.zeros_like(raw, dtype=torch.bool))
             value = raw
         else:
             lo, hi = ctx.clip
-            with torch.no_grad():
-                ctx.flags.append((raw < lo) | (raw > hi))
+            if ctx.record:
+                with torch.no_grad():
+                    ctx.flags.append((raw < lo) | (raw > hi))
             value = raw.clamp(lo, hi)  # = kl_estimate(..., clip=ctx.clip), from the one KL pass
         if not unbiased_gradient:
             return value

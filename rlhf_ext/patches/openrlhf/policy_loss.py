@@ -29,7 +29,7 @@ import torch
 
 from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, ppo_clip_fractions
 
-from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options
+from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
 from .updates import record_micro_batch
 
@@ -55,10 +55,14 @@ def make_policy_loss_class(base, module=None):
             self.loss_agg_max_len: Optional[int] = None
             self.loss_options: Dict[str, object] = {}
             self.last_metrics: Dict[str, torch.Tensor] = {}
+            self.side_metrics = True  # --rlhf_ext.step_metrics: the split clip fractions of OpenRLHF's losses
             self._registered_fn = None
 
-        def configure(self, mode: str, *, max_len: Optional[int] = None, options: Optional[Dict] = None):
-            """Select the aggregation ``mode`` (one of ``LOSS_AGG_MODES``) and the loss's extra options."""
+        def configure(self, mode: str, *, max_len: Optional[int] = None, options: Optional[Dict] = None,
+                      side_metrics: bool = True):
+            """Select the aggregation ``mode`` (one of ``LOSS_AGG_MODES``) and the loss's extra options;
+            ``side_metrics=False`` drops the split clip fractions of OpenRLHF's own losses."""
+            self.side_metrics = bool(side_metrics)
             if mode not in LOSS_AGG_MODES:
                 raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
             if max_len is not None and not max_len > 0:
@@ -114,7 +118,8 @@ def make_policy_loss_class(base, module=None):
                     log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
                     dp_size, batch_num_tokens, global_batch_size,
                 )  # fmt: skip
-                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask, out[1])
+                self.last_metrics = (self._side_metrics(log_probs, old_log_probs, advantages, action_mask, out[1])
+                                     if self.side_metrics else {})
                 return out
 
             keep = action_mask.bool().any(dim=-1)  # OpenRLHF's counts leave out empty sequences too
@@ -129,7 +134,8 @@ def make_policy_loss_class(base, module=None):
                     log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
                     scale, denom, global_batch_size,
                 )  # fmt: skip
-                self.last_metrics = self._side_metrics(log_probs, old_log_probs, advantages, action_mask, out[1])
+                self.last_metrics = (self._side_metrics(log_probs, old_log_probs, advantages, action_mask, out[1])
+                                     if self.side_metrics else {})
                 return out
 
             if not bool(keep.any()):
@@ -203,7 +209,8 @@ def configure_from_args(loss_fn, args) -> None:
     if not hasattr(loss_fn, "configure"):
         return
     max_len, _ = loss_agg_max_len(args)
-    loss_fn.configure(loss_agg_mode(args), max_len=max_len, options=policy_loss_options(args))
+    loss_fn.configure(loss_agg_mode(args), max_len=max_len, options=policy_loss_options(args),
+                      side_metrics=step_metrics(args))
 
 
 def make_trainer_init(original, module=None):

@@ -22,7 +22,7 @@ import torch
 
 from rlhf_ext.algorithms import UpdateCounter
 
-from .config import setting
+from .config import setting, step_metrics
 
 _ATTR = "_rlhf_ext_update_counter"
 _TOTAL_ATTR = "_rlhf_ext_update_totals"
@@ -54,6 +54,8 @@ def micro_batch_signal(advantages, action_mask) -> bool:
 
 def record_micro_batch(trainer, experience, step: int) -> None:
     """Called after OpenRLHF's ``training_step`` ran on ``experience`` (micro-batch ``step`` of the epoch)."""
+    if not step_metrics(trainer.args):
+        return
     c = counter(trainer)
     c.add_signal(micro_batch_signal(experience.advantages, experience.action_mask))
     if _is_boundary(trainer, step):
@@ -67,6 +69,8 @@ def record_micro_batch(trainer, experience, step: int) -> None:
 def make_ppo_train(original, module=None):
     @functools.wraps(original)
     def ppo_train(self, kl_ctl):
+        if not step_metrics(self.args):
+            return original(self, kl_ctl)
         c = counter(self)
         c.reset()
         status = original(self, kl_ctl)
