@@ -37,7 +37,7 @@ import logging
 import os
 import threading
 
-from .. import import_hooks
+from ...npu import import_hooks
 from .names import (
     ALLOW_UNSUPPORTED_ENV,
     KL_CLIP_ENV,
