@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def e2e_task(tmp_path_factory):
     """The tiny task (``workdir/task``) of the end-to-end runs; returns ``workdir``."""
-    from rlhf_ext.tiny_task import build_tiny_task
+    from rlhf_ext.tours.tiny_task import build_tiny_task
 
     work = tmp_path_factory.mktemp("e2e_cpu")
     # a shorter warm-up than the default: the run only has to produce rewards that differ within a group
@@ -21,7 +21,7 @@ def e2e_grpo_run(e2e_task):
     """A real 2-step GRPO run of ``train_ppo_ray --plugin rlhf_ext`` on CPU (the tiny task); returns
     ``(workdir, exit code, console text)``. The checkpoint is ``workdir/trained``, the run record
     ``workdir/trained_ds/rlhf_ext_run``; the tiny task is ``workdir/task``."""
-    from rlhf_ext.smoke import run_training, train_command
+    from rlhf_ext.tours.smoke import run_training, train_command
 
     work = e2e_task
     out = work / "trained"

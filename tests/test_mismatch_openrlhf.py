@@ -265,7 +265,7 @@ def test_nan_logprobs_skip_the_metrics_and_say_why(capfd):
 
 
 def test_smoke_run_echoes_the_mismatch_per_step(tmp_path, capsys):
-    from rlhf_ext.smoke import run_training, train_command
+    from rlhf_ext.tours.smoke import run_training, train_command
 
     assert "--rlhf_ext.mismatch_metrics" in train_command(model=tmp_path, prompts=tmp_path / "p.jsonl", output=tmp_path)
     line = "(PPOTrainer pid=1) Global step 1: {'reward': 0.5, 'score': 0.25, 'rollout_mismatch/probs_diff_mean': 0.0123}"
