@@ -177,7 +177,7 @@ def _driver_rlconfig_guard(module) -> None:
 
     __init__.__rlhf_ext_patch__ = "rl_config validation (driver)"
     cls.__init__ = __init__
-    compat._applied.append((cls, "__init__", patched, __init__))
+    compat.record(cls, "__init__", patched, __init__)
 
 
 def _watch(role: str) -> None:
