@@ -18,7 +18,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~15 ms at start-up
 if TYPE_CHECKING:
-    from typing import List, Optional, Tuple
+    from typing import List, Tuple
 
 from .command_line import host_cli
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import io
 import os
-import re
 import tokenize
 from collections import defaultdict
 from dataclasses import dataclass, field
