@@ -17,11 +17,11 @@ import os
 import sys
 import threading
 
+from .command_line import host_cli
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~15 ms at start-up
 if TYPE_CHECKING:
     from typing import Callable, Dict, Iterable, List, Optional
-
-from .command_line import host_cli
 
 ENV_VAR = "RLHF_EXT_PLUGINS"
 QUIET_ENV_VAR = "RLHF_EXT_QUIET"

@@ -6,7 +6,8 @@ unrelated Python processes never import this module.
 
 ``--plugin`` is honoured only on OpenRLHF command lines (``python -m openrlhf.cli.*`` or a script
 under ``openrlhf/cli/``) and MindSpeed-RL's (``python cli/train_{grpo,dapo,ppo}.py`` of a
-MindSpeed-RL checkout, whose Hydra parser would reject the flag): other programs may have a ``--plugin`` option of their own, and their
+MindSpeed-RL checkout, whose Hydra parser would reject the flag; :mod:`rlhf_ext.patches.command_line`
+tells them apart): other programs may have a ``--plugin`` option of their own, and their
 arguments are left alone. The flags are removed from ``sys.argv`` in place before the program's
 own parser runs, so OpenRLHF's strict parser never sees them.
 """
@@ -16,11 +17,11 @@ from __future__ import annotations
 import os
 import sys
 
+from .command_line import host_cli
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~15 ms at start-up
 if TYPE_CHECKING:
     from typing import List, Tuple
-
-from .command_line import host_cli
 
 FLAG = "--plugin"
 
