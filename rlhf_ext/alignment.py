@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from rlhf_ext.cli import _positive_int
+from rlhf_ext.cli.argtypes import positive_int as _positive_int
 
 ROLLOUT_SETTINGS = {
     # name: (vLLM dtype, vLLM quantization)

@@ -1,6 +1,11 @@
-"""Shared session fixtures: the slow end-to-end runs happen once per test session."""
+"""Shared fixtures: the slow end-to-end runs happen once per test session, and OpenRLHF's real CLI
+stopped right after parsing (``parse``) for the tests of the plugin's flags."""
 
 from __future__ import annotations
+
+import os
+import runpy
+import sys
 
 import pytest
 
@@ -8,7 +13,7 @@ import pytest
 @pytest.fixture(scope="session")
 def e2e_task(tmp_path_factory):
     """The tiny task (``workdir/task``) of the end-to-end runs; returns ``workdir``."""
-    from rlhf_ext.tiny_task import build_tiny_task
+    from rlhf_ext.tours.tiny_task import build_tiny_task
 
     work = tmp_path_factory.mktemp("e2e_cpu")
     # a shorter warm-up than the default: the run only has to produce rewards that differ within a group
@@ -21,7 +26,7 @@ def e2e_grpo_run(e2e_task):
     """A real 2-step GRPO run of ``train_ppo_ray --plugin rlhf_ext`` on CPU (the tiny task); returns
     ``(workdir, exit code, console text)``. The checkpoint is ``workdir/trained``, the run record
     ``workdir/trained_ds/rlhf_ext_run``; the tiny task is ``workdir/task``."""
-    from rlhf_ext.smoke import run_training, train_command
+    from rlhf_ext.tours.smoke import run_training, train_command
 
     work = e2e_task
     out = work / "trained"
@@ -33,3 +38,63 @@ def e2e_grpo_run(e2e_task):
 
 
 E2E_STEPS = 2
+
+
+class _Parsed(Exception):
+    def __init__(self, args):
+        self.args_ns = args
+
+
+@pytest.fixture(scope="module")
+def plugin_driver():
+    """The ``rlhf_ext`` plugin active in this process as a driver, with its argparse hook (per module)."""
+    from rlhf_ext.patches import activate, deactivate
+    from rlhf_ext.patches.openrlhf.cli import install_argparse_hook
+
+    activate(["rlhf_ext"], role="test")
+    install_argparse_hook()
+    import openrlhf.trainer.ray.ppo_actor  # noqa: F401  (the CLI's heavy imports, done once)
+
+    yield
+    deactivate()
+
+
+@pytest.fixture()
+def parse(plugin_driver, monkeypatch):
+    """Run OpenRLHF's CLI module body (``openrlhf.cli.train_ppo_ray``, runpy) on ``argv``; return its ``args``.
+
+    Stops right after parsing (a spy on ``openrlhf.utils.config.hierarchize``), or with
+    ``full=True`` after all of OpenRLHF's own post-parse validation, where ``train()`` first
+    touches Ray. The environment the CLI changes is restored afterwards.
+    """
+    import openrlhf.utils.config as config
+    import ray
+
+    real = config.hierarchize
+    saved_env = dict(os.environ)
+    state = {}
+
+    def spy(args):
+        state["args"] = real(args)
+        if not state["full"]:
+            raise _Parsed(state["args"])
+        return state["args"]
+
+    def stop(*a, **k):
+        raise _Parsed(state["args"])
+
+    monkeypatch.setattr(config, "hierarchize", spy)
+    monkeypatch.setattr(ray, "is_initialized", stop)
+
+    def run(*argv, full=False):
+        state["full"] = full
+        monkeypatch.setattr(sys, "argv", ["train_ppo_ray.py", *argv])
+        try:
+            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+        except _Parsed as parsed:
+            return parsed.args_ns
+        raise AssertionError("the CLI did not reach argument parsing")
+
+    yield run
+    os.environ.clear()
+    os.environ.update(saved_env)

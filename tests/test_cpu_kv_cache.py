@@ -128,7 +128,7 @@ def _determine(monkeypatch, *, node_total: int, node_available: int, kv_bytes):
 @pytest.mark.parametrize("node_total, node_available", [(int(12.21 * GiB), int(6.32 * GiB)),
                                                         (int(24.4 * GiB), int(20.1 * GiB))])  # fmt: skip
 def test_recipe_kv_size_does_not_depend_on_node_memory(monkeypatch, tmp_path, node_total, node_available):
-    from rlhf_ext.smoke import train_command
+    from rlhf_ext.tours.smoke import train_command
 
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     cmd = train_command(model=tmp_path, prompts=tmp_path / "p.jsonl", output=tmp_path / "o")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_ext.tiny_task import build_tiny_task
+from rlhf_ext.tours.tiny_task import build_tiny_task
 
 RLHF_EXT = [sys.executable, "-m", "rlhf_ext.cli"]
 N_SAMPLES = 8

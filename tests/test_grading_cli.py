@@ -5,53 +5,7 @@ would be dropped without a word. The flags run through OpenRLHF's real parser (i
 in this process with the plugin's argparse hook, stopped right after parsing).
 """
 
-import os
-import runpy
-import sys
-
 import pytest
-
-
-class _Parsed(Exception):
-    def __init__(self, args):
-        self.args_ns = args
-
-
-@pytest.fixture(scope="module")
-def plugin_driver():
-    from rlhf_ext.patches import activate, deactivate
-    from rlhf_ext.patches.openrlhf.cli import install_argparse_hook
-
-    activate(["rlhf_ext"], role="test")
-    install_argparse_hook()
-    yield
-    deactivate()
-
-
-@pytest.fixture()
-def parse(plugin_driver, monkeypatch):
-    import openrlhf.utils.config as config
-
-    real = config.hierarchize
-    saved_env = dict(os.environ)
-
-    def spy(args):
-        raise _Parsed(real(args))
-
-    monkeypatch.setattr(config, "hierarchize", spy)
-
-    def run(*argv):
-        monkeypatch.setattr(sys, "argv", ["train_ppo_ray.py", *argv])
-        try:
-            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
-        except _Parsed as parsed:
-            return parsed.args_ns
-        raise AssertionError("the CLI did not reach argument parsing")
-
-    yield run
-    os.environ.clear()
-    os.environ.update(saved_env)
-
 
 PENALTIES = {
     "overlong": ["--reward.overlong_buffer_len", "512"],

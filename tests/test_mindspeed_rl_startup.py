@@ -2,7 +2,7 @@
 
 import os
 
-from rlhf_ext.patches import startup
+from rlhf_ext.patches import command_line, startup
 
 
 def _checkout(tmp_path):
@@ -14,13 +14,13 @@ def _checkout(tmp_path):
 def test_mindspeed_rl_cli_scripts_are_recognised(tmp_path):
     root = _checkout(tmp_path)
     for algo in ("grpo", "dapo", "ppo"):
-        assert startup.program_is_mindspeed_rl_cli([str(root / "cli" / f"train_{algo}.py"), "--config-name", "x"])
-    assert not startup.program_is_mindspeed_rl_cli([str(root / "cli" / "train_dpo.py")])  # not supported
-    assert not startup.program_is_mindspeed_rl_cli([str(root / "cli" / "preprocess_data.py")])
+        assert command_line.program_is_mindspeed_rl_cli([str(root / "cli" / f"train_{algo}.py"), "--config-name", "x"])
+    assert not command_line.program_is_mindspeed_rl_cli([str(root / "cli" / "train_dpo.py")])  # not supported
+    assert not command_line.program_is_mindspeed_rl_cli([str(root / "cli" / "preprocess_data.py")])
     other = tmp_path / "elsewhere" / "cli"
     other.mkdir(parents=True)
-    assert not startup.program_is_mindspeed_rl_cli([str(other / "train_grpo.py")])  # no mindspeed_rl/ beside it
-    assert not startup.program_is_mindspeed_rl_cli(["train_grpo.py"]) or os.path.isdir("mindspeed_rl")
+    assert not command_line.program_is_mindspeed_rl_cli([str(other / "train_grpo.py")])  # no mindspeed_rl/ beside it
+    assert not command_line.program_is_mindspeed_rl_cli(["train_grpo.py"]) or os.path.isdir("mindspeed_rl")
 
 
 def test_plugin_flags_are_removed_from_a_hydra_command_line():

@@ -9,7 +9,6 @@ tests/test_e2e_cpu_train.py (the smoke recipe turns the flag on).
 import importlib.machinery
 import inspect
 import os
-import runpy
 import sys
 import types
 from types import SimpleNamespace
@@ -22,48 +21,10 @@ from rlhf_ext.patches.openrlhf import mismatch
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-class _Parsed(Exception):
-    def __init__(self, args):
-        self.args_ns = args
-
-
 @pytest.fixture(scope="module")
-def plugin_driver():
-    from rlhf_ext.patches import activate, deactivate
-    from rlhf_ext.patches.openrlhf.cli import install_argparse_hook
-
-    activate(["rlhf_ext"], role="test")
-    install_argparse_hook()
+def plugin_driver(plugin_driver):
+    """The shared driver (conftest.py), plus the rollout module these tests read patched."""
     import openrlhf.trainer.ppo_utils.samples_generator  # noqa: F401  (patched on import)
-    import openrlhf.trainer.ray.ppo_actor  # noqa: F401
-
-    yield
-    deactivate()
-
-
-@pytest.fixture()
-def parse(plugin_driver, monkeypatch):
-    import openrlhf.utils.config as config
-
-    real = config.hierarchize
-    saved_env = dict(os.environ)
-
-    def spy(args):
-        raise _Parsed(real(args))
-
-    monkeypatch.setattr(config, "hierarchize", spy)
-
-    def run(*argv):
-        monkeypatch.setattr(sys, "argv", ["train_ppo_ray.py", *argv])
-        try:
-            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
-        except _Parsed as parsed:
-            return parsed.args_ns
-        raise AssertionError("the CLI did not reach argument parsing")
-
-    yield run
-    os.environ.clear()
-    os.environ.update(saved_env)
 
 
 def test_flag_turns_on_metrics_without_importance_sampling(parse):
@@ -265,7 +226,7 @@ def test_nan_logprobs_skip_the_metrics_and_say_why(capfd):
 
 
 def test_smoke_run_echoes_the_mismatch_per_step(tmp_path, capsys):
-    from rlhf_ext.smoke import run_training, train_command
+    from rlhf_ext.tours.smoke import run_training, train_command
 
     assert "--rlhf_ext.mismatch_metrics" in train_command(model=tmp_path, prompts=tmp_path / "p.jsonl", output=tmp_path)
     line = "(PPOTrainer pid=1) Global step 1: {'reward': 0.5, 'score': 0.25, 'rollout_mismatch/probs_diff_mean': 0.0123}"

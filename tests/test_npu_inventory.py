@@ -7,8 +7,8 @@ import pytest
 
 from rlhf_ext.patches.retarget import RetargetError, check_inventory, scan_openrlhf
 from rlhf_ext.patches.retarget.guard import TESTED_OPENRLHF_VERSIONS, openrlhf_version, require
-from rlhf_ext.patches.retarget.inventory import PATTERNS, KnownSite, Site, main, scan_source
-from rlhf_ext.patches.retarget.sites import KNOWN_SITES, covered_torch_cuda_names
+from rlhf_ext.patches.retarget.inventory import Site, main, scan_source
+from rlhf_ext.patches.retarget.sites import KNOWN_SITES, PATTERNS, KnownSite, covered_torch_cuda_names
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ installed, stopped right after parsing by a spy on ``openrlhf.utils.config.hiera
 """
 
 import os
-import runpy
 import subprocess
 import sys
 
@@ -66,64 +65,6 @@ def test_bad_plugin_name_fails_before_openrlhf_loads():
     assert out.returncode == 2
     assert "rlhf_ext: error: unknown plugin 'rlhf-ext'; available plugins: rlhf_ext" in out.stderr
     assert out.stdout == ""
-
-
-class _Parsed(Exception):
-    def __init__(self, args):
-        self.args_ns = args
-
-
-@pytest.fixture(scope="module")
-def plugin_driver():
-    from rlhf_ext.patches import activate, deactivate
-    from rlhf_ext.patches.openrlhf.cli import install_argparse_hook
-
-    activate(["rlhf_ext"], role="test")
-    install_argparse_hook()
-    import openrlhf.trainer.ray.ppo_actor  # noqa: F401  (the CLI's heavy imports, done once)
-
-    yield
-    deactivate()
-
-
-@pytest.fixture()
-def parse(plugin_driver, monkeypatch):
-    """Run OpenRLHF's CLI module body on ``argv``; return its ``args``.
-
-    Stops right after parsing, or with ``full=True`` after all of OpenRLHF's own post-parse
-    validation, where ``train()`` first touches Ray.
-    """
-    import openrlhf.utils.config as config
-    import ray
-
-    real = config.hierarchize
-    saved_env = dict(os.environ)
-    state = {}
-
-    def spy(args):
-        state["args"] = real(args)
-        if not state["full"]:
-            raise _Parsed(state["args"])
-        return state["args"]
-
-    def stop(*a, **k):
-        raise _Parsed(state["args"])
-
-    monkeypatch.setattr(config, "hierarchize", spy)
-    monkeypatch.setattr(ray, "is_initialized", stop)
-
-    def run(*argv, full=False):
-        state["full"] = full
-        monkeypatch.setattr(sys, "argv", ["train_ppo_ray.py", *argv])
-        try:
-            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
-        except _Parsed as parsed:
-            return parsed.args_ns
-        raise AssertionError("the CLI did not reach argument parsing")
-
-    yield run
-    os.environ.clear()
-    os.environ.update(saved_env)
 
 
 def test_dr_grpo_complete_recipe(parse, capfd):

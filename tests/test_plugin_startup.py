@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_ext.patches import plugin, startup
+from rlhf_ext.patches import command_line, plugin, startup
 
 SHOW = textwrap.dedent(
     """
@@ -116,10 +116,10 @@ def test_extract_plugin_flags():
 
 
 def test_program_detection():
-    assert startup.program_is_openrlhf_cli(["-m", "x"], ["python", "-m", "openrlhf.cli.train_ppo_ray", "x"])
-    assert startup.program_is_openrlhf_cli(["/s/openrlhf/cli/train_sft.py"], ["python", "/s/openrlhf/cli/train_sft.py"])
-    assert not startup.program_is_openrlhf_cli(["-m"], ["python", "-m", "pytest"])
-    assert not startup.program_is_openrlhf_cli(["tool.py"], ["python", "tool.py"])
+    assert command_line.program_is_openrlhf_cli(["-m", "x"], ["python", "-m", "openrlhf.cli.train_ppo_ray", "x"])
+    assert command_line.program_is_openrlhf_cli(["/s/openrlhf/cli/train_sft.py"], ["python", "/s/openrlhf/cli/train_sft.py"])
+    assert not command_line.program_is_openrlhf_cli(["-m"], ["python", "-m", "pytest"])
+    assert not command_line.program_is_openrlhf_cli(["tool.py"], ["python", "tool.py"])
 
 
 @pytest.fixture()

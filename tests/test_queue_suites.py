@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from rlhf_ext.queue import load_suite, resolve_run
-from test_plugin_cli import parse, plugin_driver  # noqa: F401  (fixtures: OpenRLHF's CLI stopped after parsing)
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ["eight_algorithms.toml", "eight_algorithms_tiny.toml"]

@@ -89,7 +89,7 @@ def expected_traces(run_dirs):
 
 def short_runs(root: Path):
     """The ``short`` scenario: two real 24-step tiny-task runs (GRPO and Dr.GRPO, made by the main job,
-    ``python -m rlhf_ext.smoke``) and their evaluations, copied by ``tests/data/report_tiny/make_fixture.py``."""
+    ``python -m rlhf_ext.tours.smoke``) and their evaluations, copied by ``tests/data/report_tiny/make_fixture.py``."""
     runs = sorted((TINY / "runs").iterdir())
     assert [r.name for r in runs] == ["dr_grpo", "grpo"], runs
     return runs, [TINY / "evals"]

@@ -18,7 +18,7 @@ import pytest
 from rlhf_ext import runs
 from rlhf_ext.cli import main as cli_main
 from rlhf_ext.patches.openrlhf.guard import GUARD_EXIT_CODE, tensor_digest
-from rlhf_ext.smoke import parse_train_log, run_record_dir, run_training, train_command
+from rlhf_ext.tours.smoke import parse_train_log, run_record_dir, run_training, train_command
 
 E2E_STEPS = 2  # the shared run (tests/conftest.py)
 

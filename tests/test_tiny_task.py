@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rlhf_ext.tiny_task import build_tiny_task, build_tokenizer, make_problems
+from rlhf_ext.tours.tiny_task import build_tiny_task, build_tokenizer, make_problems
 
 
 def test_problems_are_seeded_and_correct():

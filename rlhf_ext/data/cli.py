@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli import _positive_int as _positive
+from ..cli.argtypes import positive_int as _positive
 from .io import DataToolError
 
 

@@ -30,6 +30,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from rlhf_ext.npu import patching
+from rlhf_ext.npu.device_mesh import retarget_init_device_mesh
 
 _lock = threading.Lock()
 _applied = False
@@ -286,8 +287,6 @@ def transfer_to_cpu() -> None:
         if dist.is_available():
             patching.wrap(dist, "init_process_group", lambda fn: _with_gloo_backend(fn, 0))
             patching.wrap(dist, "new_group", lambda fn: _with_gloo_backend(fn, 2))
-        from rlhf_ext.npu.transfer import retarget_init_device_mesh
-
         retarget_init_device_mesh("cpu")
         _applied = True
 

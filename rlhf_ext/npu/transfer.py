@@ -8,7 +8,8 @@
 :mod:`rlhf_ext.npu.backend`) and does nothing for:
 
 * ``torch.distributed.device_mesh.init_device_mesh("cuda", ...)`` -- not in its list of wrapped
-  functions, so the mesh would be built for a device type that does not exist: mapped here;
+  functions, so the mesh would be built for a device type that does not exist: mapped by
+  :mod:`rlhf_ext.npu.device_mesh`;
 * ``torch.cuda.get_device_capability()``, which becomes torch_npu's and returns None (CANN has no
   compute capability) -- callers written for CUDA unpack or index it (``major, _ = ...``,
   ``...[0] >= 9`` in torch.distributed's broadcast): here it answers ``(0, 0)``, "no NVIDIA
@@ -26,6 +27,7 @@ from typing import Optional
 
 from rlhf_ext.npu import patching
 from rlhf_ext.npu.backend import CANN_SET_ENV_HINT, BackendUnavailableError, detect_backend, import_torch_npu
+from rlhf_ext.npu.device_mesh import retarget_init_device_mesh
 from rlhf_ext.npu.hccl_env import apply_hccl_defaults
 
 _lock = threading.Lock()
@@ -52,37 +54,6 @@ def _capability_never_none(fn):
 
     get_device_capability.__rlhf_ext_shim__ = True
     return get_device_capability
-
-
-def _mesh_device_mapper(device_type: str):
-    def make(fn):
-        @functools.wraps(fn)
-        def init_device_mesh(mesh_device_type, *args, **kwargs):
-            if isinstance(mesh_device_type, str) and mesh_device_type.split(":", 1)[0] == "cuda":
-                mesh_device_type = device_type
-            return fn(mesh_device_type, *args, **kwargs)
-
-        init_device_mesh.__rlhf_ext_shim__ = True
-        return init_device_mesh
-
-    return make
-
-
-def retarget_init_device_mesh(device_type: str) -> None:
-    """Make ``init_device_mesh("cuda", ...)`` build a ``device_type`` mesh, for callers that import it later.
-
-    Modules that already hold the function under their own name (OpenRLHF's DeepSpeed strategy)
-    are patched by :mod:`rlhf_ext.patches.retarget`.
-    """
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        return
-    import torch.distributed.device_mesh as device_mesh
-
-    wrapper = patching.wrap(device_mesh, "init_device_mesh", _mesh_device_mapper(device_type))
-    if getattr(dist, "init_device_mesh", None) is patching.original(device_mesh, "init_device_mesh"):
-        patching.replace(dist, "init_device_mesh", wrapper)
 
 
 def transfer_to_npu() -> None:
@@ -135,6 +106,5 @@ __all__ = [
     "TORCH_NPU_MAPPED_CUDA_FUNCTIONS",
     "apply_device_shim",
     "is_npu_shim_applied",
-    "retarget_init_device_mesh",
     "transfer_to_npu",
 ]

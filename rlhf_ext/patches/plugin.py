@@ -17,6 +17,8 @@ import os
 import sys
 import threading
 
+from .command_line import host_cli
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~15 ms at start-up
 if TYPE_CHECKING:
     from typing import Callable, Dict, Iterable, List, Optional
@@ -106,8 +108,6 @@ def check_names(names: Iterable[str]) -> None:
 
 def detect_role() -> str:
     """What this process is, for the activation log line and the driver-only patches."""
-    from .startup import host_cli
-
     orig = list(getattr(sys, "orig_argv", []) or [])
     if host_cli() is not None:
         return "driver"
@@ -172,8 +172,6 @@ def activate_rlhf_ext(role: str) -> None:
     ``mindspeed_rl`` is importable, the MindSpeed-RL glue; each only waits for its own modules to
     be imported, so the unused one costs nothing.
     """
-    from .startup import host_cli
-
     host = host_cli() if role == "driver" else None
     if host != "mindspeed_rl" and (host == "openrlhf" or _importable("openrlhf") or not _importable("mindspeed_rl")):
         from . import openrlhf

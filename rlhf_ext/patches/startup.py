@@ -6,7 +6,8 @@ unrelated Python processes never import this module.
 
 ``--plugin`` is honoured only on OpenRLHF command lines (``python -m openrlhf.cli.*`` or a script
 under ``openrlhf/cli/``) and MindSpeed-RL's (``python cli/train_{grpo,dapo,ppo}.py`` of a
-MindSpeed-RL checkout, whose Hydra parser would reject the flag): other programs may have a ``--plugin`` option of their own, and their
+MindSpeed-RL checkout, whose Hydra parser would reject the flag; :mod:`rlhf_ext.patches.command_line`
+tells them apart): other programs may have a ``--plugin`` option of their own, and their
 arguments are left alone. The flags are removed from ``sys.argv`` in place before the program's
 own parser runs, so OpenRLHF's strict parser never sees them.
 """
@@ -16,49 +17,17 @@ from __future__ import annotations
 import os
 import sys
 
+from .command_line import host_cli
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~15 ms at start-up
 if TYPE_CHECKING:
-    from typing import List, Optional, Tuple
+    from typing import List, Tuple
 
 FLAG = "--plugin"
 
 
 class PluginFlagError(ValueError):
     pass
-
-
-def program_is_openrlhf_cli(argv: Optional[List[str]] = None, orig_argv: Optional[List[str]] = None) -> bool:
-    """Whether this interpreter runs an OpenRLHF CLI (``-m openrlhf.cli.X`` or ``.../openrlhf/cli/X.py``)."""
-    argv = sys.argv if argv is None else argv
-    orig = list(getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv)
-    if "-m" in orig:
-        i = orig.index("-m")
-        if i + 1 < len(orig) and orig[i + 1].startswith("openrlhf.cli."):
-            return True
-    first = argv[0] if argv else ""
-    return first.endswith(".py") and "openrlhf/cli/" in first.replace(os.sep, "/")
-
-
-MINDSPEED_RL_SCRIPTS = ("train_grpo.py", "train_dapo.py", "train_ppo.py")
-
-
-def program_is_mindspeed_rl_cli(argv: Optional[List[str]] = None) -> bool:
-    """Whether this interpreter runs MindSpeed-RL's ``cli/train_{grpo,dapo,ppo}.py`` (a checkout's script)."""
-    argv = sys.argv if argv is None else argv
-    first = argv[0] if argv else ""
-    if os.path.basename(first) not in MINDSPEED_RL_SCRIPTS:
-        return False
-    cli_dir = os.path.dirname(os.path.abspath(first))
-    return os.path.basename(cli_dir) == "cli" and os.path.isdir(os.path.join(os.path.dirname(cli_dir), "mindspeed_rl"))
-
-
-def host_cli() -> Optional[str]:
-    """``"openrlhf"``, ``"mindspeed_rl"`` or None: the framework whose command line this process runs."""
-    if program_is_openrlhf_cli():
-        return "openrlhf"
-    if program_is_mindspeed_rl_cli():
-        return "mindspeed_rl"
-    return None
 
 
 def extract_plugin_flags(argv: List[str]) -> Tuple[List[str], List[str]]:

@@ -2,8 +2,8 @@
 # Submit OpenRLHF's PPO/GRPO trainer with the rlhf_ext plugin as a Ray job on a CUDA GPU cluster.
 set -euo pipefail
 SCRIPT_NAME="$(basename "$0")"
-# shellcheck source=scripts/npu/_cluster_lib.sh
-source "$(dirname "$0")/../npu/_cluster_lib.sh"
+# shellcheck source=scripts/lib/cluster.sh
+source "$(dirname "$0")/../lib/cluster.sh"
 
 print_help() {
   cat <<'EOF_HELP'
@@ -33,7 +33,4 @@ EOF_HELP
 }
 
 parse_submit_args 0 "$@"
-collect_job_env cuda
-DRY_RUN="$DRY_RUN" run_or_print ray job submit --address="$JOB_ADDRESS" \
-  --runtime-env-json="$(runtime_env_json "${JOB_ENV[@]}")" \
-  -- python3 -m openrlhf.cli.train_ppo_ray --plugin rlhf_ext "${JOB_ARGS[@]}"
+submit_job cuda python3 -m openrlhf.cli.train_ppo_ray --plugin rlhf_ext "${JOB_ARGS[@]}"

@@ -2,8 +2,8 @@
 # Start one node of a Ray cluster on an Ascend NPU machine (run it on every node: head first).
 set -euo pipefail
 SCRIPT_NAME="$(basename "$0")"
-# shellcheck source=scripts/npu/_cluster_lib.sh
-source "$(dirname "$0")/_cluster_lib.sh"
+# shellcheck source=scripts/lib/cluster.sh
+source "$(dirname "$0")/../lib/cluster.sh"
 
 print_help() {
   cat <<'EOF'
@@ -39,39 +39,11 @@ Example (two 8-NPU nodes):
 EOF
 }
 
-[[ $# -gt 0 ]] || usage_error "say 'head' or 'worker'"
-case "$1" in
-  -h|--help) print_help; exit 0 ;;
-  head|worker) MODE="$1"; shift ;;
-  *) usage_error "first argument must be 'head' or 'worker', got '$1'" ;;
-esac
-
-ADDRESS="" PORT=6379 NPUS="" IFNAME="" NODE_IP="" DRY_RUN=0
 CANN_ENV="${ASCEND_SET_ENV:-/usr/local/Ascend/ascend-toolkit/set_env.sh}"
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    -h|--help) print_help; exit 0 ;;
-    --address) require_value "$1" "${2-}"; ADDRESS="$2"; shift 2 ;;
-    --port) require_value "$1" "${2-}"; PORT="$2"; shift 2 ;;
-    --npus) require_value "$1" "${2-}"; NPUS="$2"; shift 2 ;;
-    --cann-env) require_value "$1" "${2-}"; CANN_ENV="$2"; shift 2 ;;
-    --ifname) require_value "$1" "${2-}"; IFNAME="$2"; shift 2 ;;
-    --node-ip) require_value "$1" "${2-}"; NODE_IP="$2"; shift 2 ;;
-    --dry-run) DRY_RUN=1; shift ;;
-    *) usage_error "unknown option '$1'" ;;
-  esac
-done
-
-if [[ "$MODE" == worker ]]; then
-  [[ -n "$ADDRESS" ]] || usage_error "worker needs --address HEAD_IP:PORT"
-  require_host_port --address "$ADDRESS"
-else
-  [[ -z "$ADDRESS" ]] || usage_error "--address is for workers; the head listens on --port"
-  require_port --port "$PORT"
-fi
-[[ -z "$NPUS" ]] || require_positive_int --npus "$NPUS"
-[[ -z "$IFNAME" ]] || require_ifname --ifname "$IFNAME"
-[[ -z "$NODE_IP" ]] || require_ipv4 --node-ip "$NODE_IP"
+START_VALUE_OPTIONS="--cann-env"
+start_option() { CANN_ENV="$2"; }  # --cann-env FILE
+parse_start_args --npus "$@"
+NPUS="$DEVICE_COUNT"
 
 # 1. CANN
 [[ -f "$CANN_ENV" ]] || die "CANN environment script '$CANN_ENV' not found: install the CANN toolkit, or pass --cann-env / set ASCEND_SET_ENV to your set_env.sh"
@@ -94,11 +66,7 @@ require_positive_int --npus "$NPUS"
 
 # 3. Environment inherited by Ray and every process it starts.
 export_value RLHF_EXT_DEVICE npu
-if [[ -n "$IFNAME" ]]; then
-  export_value HCCL_SOCKET_IFNAME "$IFNAME"
-  export_value GLOO_SOCKET_IFNAME "$IFNAME"
-  export_value TP_SOCKET_IFNAME "$IFNAME"
-fi
+export_socket_ifname HCCL
 [[ -z "$NODE_IP" ]] || export_value HCCL_IF_IP "$NODE_IP"
 export_default HCCL_CONNECT_TIMEOUT 1800
 export_default HCCL_EXEC_TIMEOUT 3600
@@ -106,12 +74,4 @@ export_default PYTORCH_NPU_ALLOC_CONF expandable_segments:True
 export_default VLLM_WORKER_MULTIPROC_METHOD spawn
 
 # 4. Ray
-require_cmd ray "activate the Python environment with Ray (pip install 'ray[default]') first"
-cmd=(ray start --resources="{\"NPU\": $NPUS}")
-if [[ "$MODE" == head ]]; then
-  cmd+=(--head --port="$PORT")
-else
-  cmd+=(--address="$ADDRESS")
-fi
-[[ -z "$NODE_IP" ]] || cmd+=(--node-ip-address="$NODE_IP")
-run_or_print "${cmd[@]}"
+start_ray_node --resources="{\"NPU\": $NPUS}"

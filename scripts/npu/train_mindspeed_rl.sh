@@ -2,8 +2,8 @@
 # Start a MindSpeed-RL 2.1 training run with the rlhf_ext plugin on an Ascend node.
 set -euo pipefail
 SCRIPT_NAME="$(basename "$0")"
-# shellcheck source=scripts/npu/_cluster_lib.sh
-source "$(dirname "$0")/_cluster_lib.sh"
+# shellcheck source=scripts/lib/cluster.sh
+source "$(dirname "$0")/../lib/cluster.sh"
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 
 print_help() {

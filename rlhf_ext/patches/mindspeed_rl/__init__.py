@@ -22,12 +22,12 @@ from its argv before Hydra parses it (:mod:`rlhf_ext.patches.startup`), and a ba
 value stops it with exit code 2 and a message naming the key and the valid values, before Ray
 starts. Every other process (Ray workers: the ``train`` task, actor workers, rule rewards, the
 advantage task) applies each patch when it imports the patched module
-(:mod:`rlhf_ext.patches.import_hooks`), since Ray pickles classes and functions by reference.
+(:mod:`rlhf_ext.npu.import_hooks`), since Ray pickles classes and functions by reference.
 """
 
 from __future__ import annotations
 
-from .. import import_hooks
+from ...npu import import_hooks
 from . import compat
 from .compat import (
     SUPPORTED_DESCRIPTION,
@@ -177,7 +177,7 @@ def _driver_rlconfig_guard(module) -> None:
 
     __init__.__rlhf_ext_patch__ = "rl_config validation (driver)"
     cls.__init__ = __init__
-    compat._applied.append((cls, "__init__", patched, __init__))
+    compat.record(cls, "__init__", patched, __init__)
 
 
 def _watch(role: str) -> None:

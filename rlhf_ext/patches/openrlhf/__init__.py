@@ -41,7 +41,7 @@ where                                          what                             
                                                (:mod:`.dpo_cli`)
 =============================================  ==========================================  ======================
 
-Each module is patched when it is first imported in a process (:mod:`rlhf_ext.patches.import_hooks`),
+Each module is patched when it is first imported in a process (:mod:`rlhf_ext.npu.import_hooks`),
 so processes that never import it (vLLM workers) never load it; the driver checks all of them
 before it parses arguments.
 """
@@ -50,7 +50,8 @@ from __future__ import annotations
 
 # Keep this import light: activation runs at interpreter start-up, before torch is needed; the
 # patch implementations (which import torch) load when their target module is imported.
-from .. import flash_attn_fallback, import_hooks
+from ...npu import import_hooks
+from .. import flash_attn_fallback
 from . import compat
 from .compat import (
     SUPPORTED_DESCRIPTION,

@@ -44,33 +44,12 @@ from rlhf_ext import runs
 
 from . import run_record
 from .config import setting
+from .guard_stop import GUARD_EXIT_CODE, STOP_MARKER, GuardStop, is_guard_stop
 
 GUARD_MODES = ("stop", "warn", "off")
-GUARD_EXIT_CODE = 3
-"""Exit code of ``train_ppo_ray`` when the guard stopped the run (1 is any other crash, 2 a bad flag)."""
-STOP_MARKER = "rlhf_ext guard stop"
 POISON_ENV = "RLHF_EXT_TEST_POISON"
 CHECKED_TENSORS = ("advantages", "log_ratio", "policy_loss", "entropy", "loss")
 """Checked before backward, in this order; the first non-finite one names the incident."""
-
-
-class GuardStop(RuntimeError):
-    """Raised on every actor rank when the guard stops the run (message starts with :data:`STOP_MARKER`)."""
-
-
-def is_guard_stop(exc: BaseException) -> bool:
-    """True if ``exc`` (possibly wrapped by Ray, possibly chained) comes from a guard stop."""
-    seen = set()
-    stack = [exc]
-    while stack:
-        e = stack.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, GuardStop) or STOP_MARKER in str(e):
-            return True
-        stack.extend([getattr(e, "cause", None), e.__cause__, e.__context__])
-    return False
 
 
 def guard_mode(args) -> str:

@@ -201,7 +201,7 @@ def make_ppo_train(original, module=None):
 
 
 def _record_guard_stop(args, exc: BaseException) -> None:
-    from .guard import is_guard_stop
+    from .guard_stop import is_guard_stop
 
     path = run_dir(args)
     if not path or not is_guard_stop(exc):
@@ -457,7 +457,7 @@ def start_driver_record(namespace) -> str:
 
         def excepthook(exc_type, exc, tb):
             _driver_state["exception"] = exc
-            from .guard import GUARD_EXIT_CODE, is_guard_stop
+            from .guard_stop import GUARD_EXIT_CODE, is_guard_stop
 
             if is_guard_stop(exc):
                 sys.stderr.write(
@@ -473,7 +473,7 @@ def start_driver_record(namespace) -> str:
 
 
 def _driver_exit() -> None:
-    from .guard import GUARD_EXIT_CODE, is_guard_stop
+    from .guard_stop import GUARD_EXIT_CODE, is_guard_stop
 
     path, exc = _driver_state.get("path"), _driver_state.get("exception")
     stopped = exc is not None and is_guard_stop(exc)

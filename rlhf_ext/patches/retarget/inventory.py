@@ -1,10 +1,10 @@
 """Find every CUDA-specific site in the installed OpenRLHF and check each is retargeted or allowlisted.
 
 A *site* is one line of OpenRLHF code (comments and docstrings excluded) matching one of
-:data:`PATTERNS`. :data:`rlhf_ext.patches.retarget.sites.KNOWN_SITES` says, per file and pattern,
-which lines the retarget handles (and how) and which are allowlisted (and why), with the number
-of lines expected; ``torch.cuda.<name>`` calls are handled as a class when both device shims
-answer for ``<name>``. A new OpenRLHF release that adds, removes or moves a site makes
+:data:`~rlhf_ext.patches.retarget.sites.PATTERNS`. :data:`~rlhf_ext.patches.retarget.sites.KNOWN_SITES`
+says, per file and pattern, which lines the retarget handles (and how) and which are allowlisted
+(and why), with the number of lines expected; ``torch.cuda.<name>`` calls are handled as a class
+when both device shims answer for ``<name>``. A new OpenRLHF release that adds, removes or moves a site makes
 :func:`check_inventory` report it, so the retarget is revisited before it silently misses a spot.
 
 Run ``python -m rlhf_ext.patches.retarget`` to print the report for the installed OpenRLHF.
@@ -15,24 +15,13 @@ from __future__ import annotations
 import ast
 import io
 import os
-import re
 import tokenize
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
-PATTERNS: Dict[str, "re.Pattern[str]"] = {
-    "torch.cuda": re.compile(r"\btorch\.cuda\.([A-Za-z_]\w*)"),
-    '"cuda"': re.compile(r"""["']cuda(?::[^"']*)?["']"""),
-    "nccl": re.compile(r"nccl", re.IGNORECASE),
-    '"GPU"': re.compile(r"""["']GPU["']"""),
-    "num_gpus": re.compile(r"\bnum_gpus\b"),
-    "get_gpu_ids": re.compile(r"\bget_gpu_ids\b"),
-    "CUDA_VISIBLE_DEVICES": re.compile(r"\bCUDA_VISIBLE_DEVICES\b"),
-    "flash_attn": re.compile(r"flash_attn"),
-    "flash_attention_2": re.compile(r"flash_attention_2"),
-    "torch.compile": re.compile(r"\btorch\.compile\b"),
-}
+from rlhf_ext.patches.retarget import sites as site_table
+from rlhf_ext.patches.retarget.sites import PATTERNS, KnownSite
 
 
 @dataclass(frozen=True)
@@ -47,25 +36,6 @@ class Site:
 
     def __str__(self) -> str:
         return f"openrlhf/{self.path}:{self.line} [{self.kind}] {self.text.strip()}"
-
-
-@dataclass(frozen=True)
-class KnownSite:
-    """Lines of ``path`` matching ``kind`` whose code contains ``contains``: ``count`` of them,
-    either handled by the retarget (``handled_by`` says where) or allowlisted (``reason`` says why)."""
-
-    path: str
-    kind: str
-    contains: str
-    count: int
-    handled_by: str = ""
-    reason: str = ""
-
-    def __post_init__(self):
-        if bool(self.handled_by) == bool(self.reason):
-            raise ValueError(f"{self}: give exactly one of handled_by and reason")
-        if self.kind not in PATTERNS:
-            raise ValueError(f"{self}: unknown pattern kind {self.kind!r}")
 
 
 @dataclass
@@ -169,8 +139,6 @@ def check_inventory(
     covered_cuda_names: Optional[Iterable[str]] = None,
 ) -> InventoryReport:
     """Match ``sites`` (the installed OpenRLHF's by default) against ``known`` entries."""
-    from rlhf_ext.patches.retarget import sites as site_table
-
     sites = list(scan_openrlhf() if sites is None else sites)
     known = list(site_table.KNOWN_SITES if known is None else known)
     covered = set(site_table.covered_torch_cuda_names() if covered_cuda_names is None else covered_cuda_names)

@@ -4,13 +4,50 @@ Checked against the installed OpenRLHF by :func:`rlhf_ext.patches.retarget.inven
 (and by tests/test_npu_inventory.py): a site that appears, disappears or moves to a line these
 entries do not describe fails that check. ``torch.cuda.<name>(...)`` calls are accounted for as a
 class: both device shims must answer for ``<name>`` (see :func:`covered_torch_cuda_names`).
+
+The kinds of site (:data:`PATTERNS`) and the entry type (:class:`KnownSite`) live here with the
+table; the scanner in :mod:`~rlhf_ext.patches.retarget.inventory` reads all three.
 """
 
 from __future__ import annotations
 
-from typing import FrozenSet
+import re
+from dataclasses import dataclass
+from typing import Dict, FrozenSet
 
-from rlhf_ext.patches.retarget.inventory import KnownSite
+PATTERNS: Dict[str, "re.Pattern[str]"] = {
+    "torch.cuda": re.compile(r"\btorch\.cuda\.([A-Za-z_]\w*)"),
+    '"cuda"': re.compile(r"""["']cuda(?::[^"']*)?["']"""),
+    "nccl": re.compile(r"nccl", re.IGNORECASE),
+    '"GPU"': re.compile(r"""["']GPU["']"""),
+    "num_gpus": re.compile(r"\bnum_gpus\b"),
+    "get_gpu_ids": re.compile(r"\bget_gpu_ids\b"),
+    "CUDA_VISIBLE_DEVICES": re.compile(r"\bCUDA_VISIBLE_DEVICES\b"),
+    "flash_attn": re.compile(r"flash_attn"),
+    "flash_attention_2": re.compile(r"flash_attention_2"),
+    "torch.compile": re.compile(r"\btorch\.compile\b"),
+}
+"""What makes a line of OpenRLHF a CUDA-specific site: kind -> regular expression."""
+
+
+@dataclass(frozen=True)
+class KnownSite:
+    """Lines of ``path`` matching ``kind`` whose code contains ``contains``: ``count`` of them,
+    either handled by the retarget (``handled_by`` says where) or allowlisted (``reason`` says why)."""
+
+    path: str
+    kind: str
+    contains: str
+    count: int
+    handled_by: str = ""
+    reason: str = ""
+
+    def __post_init__(self):
+        if bool(self.handled_by) == bool(self.reason):
+            raise ValueError(f"{self}: give exactly one of handled_by and reason")
+        if self.kind not in PATTERNS:
+            raise ValueError(f"{self}: unknown pattern kind {self.kind!r}")
+
 
 _PLACEMENT = "ray_placement.placement_group: bundle GPU -> NPU (dropped on CPU)"
 _ACTOR_OPTIONS = "ray_placement.actor_class_remote: num_gpus -> resources={'NPU': n} (0 on CPU) for openrlhf actors"

@@ -34,10 +34,10 @@ installed verl and prints what is registered, exiting non-zero on a problem.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
-from .. import import_hooks
+from ...npu import import_hooks
+from ..seams import Requirement, requirement_problems, version_allowed
 from .names import (
     ALLOW_UNSUPPORTED_ENV,
     KL_CLIP_ENV,
@@ -96,12 +96,7 @@ def check_version(version: str = None) -> str:
     """Raise unless verl is a supported release (``RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1`` overrides;
     the seam checks still run then)."""
     version = verl_version() if version is None else version
-    parts = version.split(".")
-    try:
-        series = int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        series = None
-    if series in SUPPORTED_SERIES or os.environ.get(ALLOW_UNSUPPORTED_ENV, "") not in ("", "0"):
+    if version_allowed(version, SUPPORTED_SERIES, ALLOW_UNSUPPORTED_ENV):
         return version
     raise VerlCompatibilityError(
         f"rlhf_ext supports verl {SUPPORTED_DESCRIPTION}, but verl {version} is installed; install "
@@ -110,24 +105,7 @@ def check_version(version: str = None) -> str:
 
 
 def _problems(module, seams) -> list:
-    import inspect
-
-    problems = []
-    for name, params in seams.items():
-        if not hasattr(module, name):
-            problems.append(f"{module.__name__}.{name} does not exist")
-            continue
-        if params is None:
-            continue
-        try:
-            got = tuple(inspect.signature(getattr(module, name)).parameters)
-        except (TypeError, ValueError) as exc:
-            problems.append(f"cannot read the signature of {module.__name__}.{name}: {exc}")
-            continue
-        if got != params:
-            problems.append(f"{module.__name__}.{name} has parameters ({', '.join(got)}), "
-                            f"expected ({', '.join(params)})")
-    return problems
+    return requirement_problems(module, [Requirement(name, params) for name, params in seams.items()])
 
 
 def check_seams(module, *, kl: bool = False) -> list:

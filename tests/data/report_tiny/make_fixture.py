@@ -3,8 +3,8 @@
 Once ``--plugin rlhf_ext`` runs write run records (issue #11), make two short real runs with
 different estimators and copy them here:
 
-    python -m rlhf_ext.smoke --workdir W1 --estimator grpo --eval-samples 8
-    python -m rlhf_ext.smoke --workdir W2 --estimator dr_grpo --eval-samples 8
+    python -m rlhf_ext.tours.smoke --workdir W1 --estimator grpo --eval-samples 8
+    python -m rlhf_ext.tours.smoke --workdir W2 --estimator dr_grpo --eval-samples 8
     python tests/data/report_tiny/make_fixture.py W1:grpo W2:dr_grpo
 
 Arguments are WORKDIR:NAME. From each work directory it copies the run record (the directory

@@ -1,5 +1,7 @@
-# Shared by scripts/npu/*.sh and scripts/gpu/*.sh: argument checks and the Ray start / job-submit
-# commands. Sourced, not run. Every check fails early with a message and a non-zero status:
+# Shared by scripts/npu/*.sh and scripts/gpu/*.sh: argument checks, the option parsing of
+# start_ray_cluster.sh and submit_*.sh, and the Ray start / job-submit commands. Sourced, not run:
+#   SCRIPT_NAME="$(basename "$0")"; source "$(dirname "$0")/../lib/cluster.sh"
+# and the script defines print_help. Every check fails early with a message and a non-zero status:
 # 2 for a wrong command line, 1 for a missing tool, file or variable.
 
 die() { printf '%s: error: %s\n' "${SCRIPT_NAME:-cluster}" "$*" >&2; exit 1; }
@@ -67,6 +69,70 @@ run_or_print() {
   else
     exec "$@"
   fi
+}
+
+# Shared option parsing of start_ray_cluster.sh. COUNT_FLAG (--npus or --gpus) is the option that
+# gives this node's device count. Sets MODE (head|worker), ADDRESS, PORT, DEVICE_COUNT (empty: the
+# script counts), IFNAME, NODE_IP and DRY_RUN, all checked. A script with options of its own lists
+# them in START_VALUE_OPTIONS (e.g. "--cann-env") and defines start_option NAME VALUE to keep them.
+parse_start_args() {  # COUNT_FLAG "$@"
+  local count_flag="$1"
+  shift
+  [[ $# -gt 0 ]] || usage_error "say 'head' or 'worker'"
+  case "$1" in
+    -h|--help) print_help; exit 0 ;;
+    head|worker) MODE="$1"; shift ;;
+    *) usage_error "first argument must be 'head' or 'worker', got '$1'" ;;
+  esac
+  ADDRESS="" PORT=6379 DEVICE_COUNT="" IFNAME="" NODE_IP="" DRY_RUN=0
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      -h|--help) print_help; exit 0 ;;
+      --address) require_value "$1" "${2-}"; ADDRESS="$2"; shift 2 ;;
+      --port) require_value "$1" "${2-}"; PORT="$2"; shift 2 ;;
+      "$count_flag") require_value "$1" "${2-}"; DEVICE_COUNT="$2"; shift 2 ;;
+      --ifname) require_value "$1" "${2-}"; IFNAME="$2"; shift 2 ;;
+      --node-ip) require_value "$1" "${2-}"; NODE_IP="$2"; shift 2 ;;
+      --dry-run) DRY_RUN=1; shift ;;
+      *)
+        [[ " ${START_VALUE_OPTIONS-} " == *" $1 "* ]] || usage_error "unknown option '$1'"
+        require_value "$1" "${2-}"; start_option "$1" "$2"; shift 2 ;;
+    esac
+  done
+
+  if [[ "$MODE" == worker ]]; then
+    [[ -n "$ADDRESS" ]] || usage_error "worker needs --address HEAD_IP:PORT"
+    require_host_port --address "$ADDRESS"
+  else
+    [[ -z "$ADDRESS" ]] || usage_error "--address is for workers; the head listens on --port"
+    require_port --port "$PORT"
+  fi
+  [[ -z "$DEVICE_COUNT" ]] || require_positive_int "$count_flag" "$DEVICE_COUNT"
+  [[ -z "$IFNAME" ]] || require_ifname --ifname "$IFNAME"
+  [[ -z "$NODE_IP" ]] || require_ipv4 --node-ip "$NODE_IP"
+}
+
+# --ifname for host traffic: the collective library's variable (HCCL_ or NCCL_SOCKET_IFNAME), gloo's
+# and TensorPipe's.
+export_socket_ifname() {  # HCCL|NCCL
+  if [[ -n "$IFNAME" ]]; then
+    export_value "$1_SOCKET_IFNAME" "$IFNAME"
+    export_value GLOO_SOCKET_IFNAME "$IFNAME"
+    export_value TP_SOCKET_IFNAME "$IFNAME"
+  fi
+}
+
+# `ray start` for this node (head or worker, as parsed), declaring its devices with RESOURCE_ARG.
+start_ray_node() {  # RESOURCE_ARG, e.g. --num-gpus=8
+  require_cmd ray "activate the Python environment with Ray (pip install 'ray[default]') first"
+  local cmd=(ray start "$1")
+  if [[ "$MODE" == head ]]; then
+    cmd+=(--head --port="$PORT")
+  else
+    cmd+=(--address="$ADDRESS")
+  fi
+  [[ -z "$NODE_IP" ]] || cmd+=(--node-ip-address="$NODE_IP")
+  run_or_print "${cmd[@]}"
 }
 
 # JSON for `ray job submit --runtime-env-json`: {"env_vars": {...}} from NAME=VALUE arguments,
@@ -140,4 +206,14 @@ collect_job_env() {  # backend
   done
   out+=("${JOB_ENV[@]}")
   JOB_ENV=("${out[@]}")
+}
+
+# Submit ENTRYPOINT... as a Ray job with what parse_submit_args read, the job's environment pinned to
+# BACKEND (RLHF_EXT_DEVICE) plus the pass-through variables and --env.
+submit_job() {  # BACKEND ENTRYPOINT...
+  collect_job_env "$1"
+  shift
+  run_or_print ray job submit --address="$JOB_ADDRESS" \
+    --runtime-env-json="$(runtime_env_json "${JOB_ENV[@]}")" \
+    -- "$@"
 }

@@ -8,7 +8,7 @@ improvement is measurable within minutes on a CPU.
 
 Everything is built locally (no hub) and is reproducible for a given seed::
 
-    rlhf-ext tiny-task --output DIR        # or: python -m rlhf_ext.tiny_task --output DIR
+    rlhf-ext tiny-task --output DIR        # or: python -m rlhf_ext.tours.tiny_task --output DIR
 
 writes ``DIR/model`` (a Hugging Face checkpoint), ``DIR/train.jsonl`` (an OpenRLHF prompt
 dataset: ``--data.input_key prompt --data.label_key label --data.apply_chat_template``),

@@ -3,6 +3,8 @@
 Each subcommand lives in a ``_add_<name>(subparsers)`` function that declares its arguments and
 sets ``handler``; add a new one by writing such a function and listing it in ``_SUBCOMMANDS``.
 Handlers import their implementation lazily, so ``rlhf-ext --help`` stays fast.
+``python -m rlhf_ext.cli`` is the same command; the argument types the subcommands share are in
+:mod:`rlhf_ext.cli.argtypes`.
 """
 
 from __future__ import annotations
@@ -12,35 +14,7 @@ import logging
 import sys
 from typing import List, Optional
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535 (0 = any free port), got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
+from .argtypes import port as _port, positive_int as _positive_int, positive_seconds as _positive_seconds
 
 
 # --- reward-server -------------------------------------------------------------------------------
@@ -65,7 +39,7 @@ def _add_reward_server(subparsers) -> None:
                    help="port to bind; 0 = any free port, printed at start (default: 5000)")
     p.add_argument("--workers", type=_positive_int, default=None,
                    help="grader worker processes (default: RLHF_EXT_REWARD_WORKERS, else min(CPUs, 8))")
-    p.add_argument("--timeout", type=_positive_float, default=None,
+    p.add_argument("--timeout", type=_positive_seconds, default=None,
                    help="hard time limit per sample in seconds (default: RLHF_EXT_REWARD_TIMEOUT, else 5)")
     p.add_argument("--reward", default=None,
                    help="weighted spec like 'accuracy:1.0,format:0.2,truncation:-0.5' or a preset: math, open_r1 "
@@ -80,8 +54,8 @@ def _add_reward_server(subparsers) -> None:
 def _run_reward_server(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from .rewards.config import reward_config_from_env
-    from .rewards.server import serve
+    from ..rewards.config import reward_config_from_env
+    from ..rewards.server import serve
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -119,7 +93,7 @@ def _add_reward_file(subparsers) -> None:
 
 
 def _run_reward_file(args: argparse.Namespace) -> int:
-    from .rewards.path import reward_file_path
+    from ..rewards.path import reward_file_path
 
     print(reward_file_path())
     return 0
@@ -129,7 +103,7 @@ def _run_reward_file(args: argparse.Namespace) -> int:
 
 
 def _add_tiny_task(subparsers) -> None:
-    from .tiny_task import __doc__ as doc, add_arguments
+    from ..tours.tiny_task import __doc__ as doc, add_arguments
 
     p = subparsers.add_parser(
         "tiny-task",
@@ -142,7 +116,7 @@ def _add_tiny_task(subparsers) -> None:
 
 
 def _run_tiny_task(args: argparse.Namespace) -> int:
-    from .tiny_task import run
+    from ..tours.tiny_task import run
 
     return run(args)
 
@@ -153,14 +127,14 @@ def _add_smoke(subparsers) -> None:
         "smoke",
         add_help=False,
         help="the whole story on CPU: tiny task -> evaluate -> GRPO through OpenRLHF -> evaluate",
-        description="Same as python -m rlhf_ext.smoke; run 'rlhf-ext smoke --help' for its flags.",
+        description="Same as python -m rlhf_ext.tours.smoke; run 'rlhf-ext smoke --help' for its flags.",
     )
     p.add_argument("smoke_args", nargs=argparse.REMAINDER)
     p.set_defaults(handler=_run_smoke)
 
 
 def _run_smoke(args: argparse.Namespace) -> int:
-    from .smoke import main as smoke_main
+    from ..tours.smoke import main as smoke_main
 
     return smoke_main(args.smoke_args)
 
@@ -219,7 +193,7 @@ def _add_queue(subparsers) -> None:
     sp = sub.add_parser("stop", help="stop a queue's runner: its running command is killed, the run marked "
                                      "interrupted")
     sp.add_argument("output", help="queue directory")
-    sp.add_argument("--wait", type=_positive_float, default=60.0,
+    sp.add_argument("--wait", type=_positive_seconds, default=60.0,
                     help="seconds to wait for the runner to finish stopping (default: 60)")
     sp.set_defaults(handler=_run_queue_stop)
     rp = sub.add_parser("report", help="one HTML page comparing the queue's runs (rlhf-ext report over every "
@@ -231,13 +205,13 @@ def _add_queue(subparsers) -> None:
 
 
 def _queue_errors():
-    from .queue import ManifestError, QueueError, QueueLockedError, SuiteError
+    from ..queue import ManifestError, QueueError, QueueLockedError, SuiteError
 
     return (ManifestError, QueueError, QueueLockedError, SuiteError)
 
 
 def _run_queue_run(args: argparse.Namespace) -> int:
-    from .queue import dry_run, run_queue
+    from ..queue import dry_run, run_queue
 
     only = [n for n in args.only.split(",") if n] if args.only else None
     try:
@@ -251,7 +225,7 @@ def _run_queue_run(args: argparse.Namespace) -> int:
 
 
 def _run_queue_status(args: argparse.Namespace) -> int:
-    from .queue import status
+    from ..queue import status
 
     try:
         return status(args.output)
@@ -271,7 +245,7 @@ def _run_queue_report(args: argparse.Namespace) -> int:
 
 
 def _run_queue_stop(args: argparse.Namespace) -> int:
-    from .queue import stop
+    from ..queue import stop
 
     try:
         return stop(args.output, wait=args.wait)
@@ -316,8 +290,8 @@ def _add_report(subparsers) -> None:
 def _run_report(args: argparse.Namespace) -> int:
     import shlex
 
-    from .evalkit.records import RunDirError
-    from .report import EvalDirError, RunRecordError, write_report
+    from ..evalkit.records import RunDirError
+    from ..report import EvalDirError, RunRecordError, write_report
 
     names = None
     if args.names is not None:
@@ -347,7 +321,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _add_data(subparsers) -> None:
-    from .data.cli import add_data_commands
+    from ..data.cli import add_data_commands
 
     p = subparsers.add_parser(
         "data",
@@ -363,7 +337,7 @@ def _add_data(subparsers) -> None:
 
 
 def _run_data(args: argparse.Namespace) -> int:
-    from .data.cli import run
+    from ..data.cli import run
 
     return run(args)
 
@@ -372,7 +346,7 @@ def _run_data(args: argparse.Namespace) -> int:
 
 
 def _add_alignment(subparsers) -> None:
-    from .alignment import __doc__ as doc, add_arguments
+    from ..alignment import __doc__ as doc, add_arguments
 
     p = subparsers.add_parser(
         "alignment",
@@ -385,7 +359,7 @@ def _add_alignment(subparsers) -> None:
 
 
 def _run_alignment(args: argparse.Namespace) -> int:
-    from .alignment import run
+    from ..alignment import run
 
     return run(args)
 
@@ -431,7 +405,7 @@ def _add_runs(subparsers) -> None:
 
 
 def _run_runs_show(args: argparse.Namespace) -> int:
-    from .runs import summarize
+    from ..runs import summarize
 
     try:
         print(summarize(args.run_dir))
@@ -444,7 +418,7 @@ def _run_runs_show(args: argparse.Namespace) -> int:
 def _run_runs_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .runs import export_tensorboard
+    from ..runs import export_tensorboard
 
     output = Path(args.output) if args.output else Path(args.tensorboard) / "rlhf_ext_run"
     try:
@@ -482,6 +456,3 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args.handler(args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

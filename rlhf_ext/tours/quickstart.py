@@ -1,4 +1,4 @@
-"""The whole evalkit path on a CPU-only machine, in one command: ``python -m rlhf_ext.quickstart``.
+"""The whole evalkit path on a CPU-only machine, in one command: ``python -m rlhf_ext.tours.quickstart``.
 
 1. builds a tiny random Qwen2 model and tokenizer locally (no model hub);
 2. runs ``evalkit math500`` on it with real vLLM: 8 problems x 4 samples x 64 tokens, graded by
@@ -42,7 +42,7 @@ def bundled_data(path: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlhf_ext.quickstart", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m rlhf_ext.tours.quickstart", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, help="where the tiny model and the run go (default: a new temp dir)")
     parser.add_argument("--data", type=Path, help="MATH-500-style JSONL (default: ../shared/data/math500.jsonl if "

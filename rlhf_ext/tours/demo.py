@@ -1,4 +1,4 @@
-"""A tour of rlhf_ext.algorithms on a toy batch: ``python -m rlhf_ext.demo``.
+"""A tour of rlhf_ext.algorithms on a toy batch: ``python -m rlhf_ext.tours.demo``.
 
 Prints every registered advantage estimator on the same binary rewards, then every policy loss
 under every aggregation mode and the KL estimators with clipping, so a newcomer can see how the

@@ -1,8 +1,8 @@
 """The whole story on a CPU: tiny task -> evaluate -> RL with OpenRLHF + rlhf_ext -> evaluate again.
 
-``python -m rlhf_ext.smoke --workdir DIR`` runs, with no accelerator and no model hub:
+``python -m rlhf_ext.tours.smoke --workdir DIR`` runs, with no accelerator and no model hub:
 
-1. the built-in tiny task (:mod:`rlhf_ext.tiny_task`): "What is A + B?" prompts and a tiny Qwen2
+1. the built-in tiny task (:mod:`rlhf_ext.tours.tiny_task`): "What is A + B?" prompts and a tiny Qwen2
    warmed up just enough to be right about a quarter of the time (reused if ``DIR/task`` exists);
 2. ``evalkit`` on the starting model (sampled answers graded by math-verify, bootstrap intervals);
 3. the unmodified ``python -m openrlhf.cli.train_ppo_ray --plugin rlhf_ext`` with
@@ -298,7 +298,7 @@ def _first_last(values: List[float], k: int):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlhf_ext.smoke", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m rlhf_ext.tours.smoke", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("rlhf_ext_smoke"), help="where everything is written")
     parser.add_argument("--estimator", choices=sorted(ESTIMATOR_RECIPES), default="grpo",
@@ -335,7 +335,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.eval_samples < 1:
         parser.error(f"--eval-samples must be >= 1, got {args.eval_samples}")
     if not (task / "task.json").exists():
-        from rlhf_ext.tiny_task import build_tiny_task
+        from rlhf_ext.tours.tiny_task import build_tiny_task
 
         print("[1/4] building the tiny task", flush=True)
         build_tiny_task(task)
