@@ -41,7 +41,7 @@ file's per-sample logs, not the estimator). The guard (``--rlhf_ext.guard``) is 
 CPU box, so the unpatched process installs only rlhf_ext's flash-attn import fallback (no seam
 changes; the identity checks prove it).
 
-Whole step (``--whole-step``): the CPU smoke training run (``rlhf_ext.smoke``'s command: tiny
+Whole step (``--whole-step``): the CPU smoke training run (``rlhf_ext.tours.smoke``'s command: tiny
 Qwen2, vLLM, DeepSpeed, Ray, rlhf_ext's math reward) for a few steps, twice, under
 ``flock /tmp/rlhf_heavy.lock``: the plugin selecting ``grpo`` and the plugin selecting OpenRLHF's
 own ``group_norm`` (on CPU OpenRLHF cannot run without the plugin's CPU target, so both sides have
@@ -690,17 +690,15 @@ def _fmt(seconds: float) -> str:
 
 
 def _smoke_module():
-    try:  # the tours may move into a subpackage
-        from rlhf_ext import smoke
-    except ImportError:  # pragma: no cover - after the move
-        from rlhf_ext.tours import smoke  # type: ignore
+    from rlhf_ext.tours import smoke
+
     return smoke
 
 
 def whole_step(workdir: Path, steps: int, timeout: float, rounds: int = 1) -> dict:
     """Train ``steps`` steps with each estimator, ``rounds`` times (alternating which goes first)."""
     smoke = _smoke_module()
-    from rlhf_ext.tiny_task import build_tiny_task
+    from rlhf_ext.tours.tiny_task import build_tiny_task
 
     workdir = workdir.resolve()
     task = workdir / "task"

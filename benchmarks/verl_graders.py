@@ -31,7 +31,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 

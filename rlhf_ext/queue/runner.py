@@ -129,7 +129,7 @@ def dry_run(suite_path, output, *, sets: Optional[Sequence[str]] = None, only: O
         run = resolve_run(suite, spec, set_values, output=output, snapshot=snap, inputs=snap_inputs)
         _say(out, f"\n[{i}] {run.name}  (run directory {run.run_dir})")
         for j, cmd in enumerate(run.commands, 1):
-            shown = _ray_submit_cmd(cmd, ray_address, f"<id>", snap, run.env) if ray_address else cmd
+            shown = _ray_submit_cmd(cmd, ray_address, "<id>", snap, run.env) if ray_address else cmd
             _say(out, f"  command {j}: {_fmt_cmd(shown)}")
         if run.env:
             _say(out, f"  env: {' '.join(f'{k}={v}' for k, v in run.env.items())}")

@@ -30,7 +30,6 @@ at that global step (counted from this process's start: the global step on a fre
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import threading
