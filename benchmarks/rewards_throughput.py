@@ -321,37 +321,43 @@ def math500_corpus(data_dir: str, n: int = 1000):
     return out[:n]
 
 
-def load_reward_file():
-    """The reward file loaded exactly as OpenRLHF 0.11.2 loads it (``openrlhf/utils/agent.py``:
-    ``importlib.util.spec_from_file_location("reward_func", path)``), from ``python -m rlhf_ext.rewards.path``."""
-    import importlib.util
-    import subprocess
+class OpenRLHFRewardPath:
+    """OpenRLHF 0.11.2's own reward call, as its rollout makes it: a real
+    ``openrlhf.utils.agent.SingleTurnAgentExecutor`` built on rlhf_ext's reward file (which it loads by
+    path with ``importlib``, as in a run), and each finished sample scored by
+    ``await executor._fetch_rewards_via_func([query], [prompt], [label])`` -- OpenRLHF's method
+    (``asyncio.to_thread(reward_func, ...)`` per sample on the loop's default executor, min(32, CPUs + 4)
+    threads), or the same method as the ``rlhf_ext`` plugin patches it (per-sample calls graded in
+    shared batches, :mod:`rlhf_ext.patches.openrlhf.reward_batching`)."""
 
-    path = subprocess.run([sys.executable, "-m", "rlhf_ext.rewards.path"], capture_output=True, text=True,
-                          check=True, cwd=REPO).stdout.strip()
-    spec = importlib.util.spec_from_file_location("reward_func", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    def __init__(self):
+        import subprocess
 
+        import openrlhf.utils.agent as agent
 
-def openrlhf_call_pattern(reward_func, items):
-    """What OpenRLHF's ``SingleTurnAgentExecutor._fetch_rewards_via_func`` does per finished sample:
-    ``await asyncio.to_thread(reward_func, [query], [prompt], [label])`` on the event loop's default
-    executor (min(32, CPUs + 4) threads); returns (wall seconds, per-sample outputs)."""
-    import asyncio
+        from rlhf_ext.patches.openrlhf.reward_batching import make_fetch_rewards_via_func
 
-    async def all_samples():
-        async def one(prompt, text, gold):
-            return await asyncio.to_thread(reward_func, [prompt + text + "<|im_end|>"], [prompt], [gold])
+        method = agent.SingleTurnAgentExecutor._fetch_rewards_via_func
+        self.original = getattr(method, "__wrapped__", method)  # this process runs without the plugin
+        self.patched = make_fetch_rewards_via_func(self.original)
+        path = subprocess.run([sys.executable, "-m", "rlhf_ext.rewards.path"], capture_output=True, text=True,
+                              check=True, cwd=REPO).stdout.strip()
+        self.executor = agent.SingleTurnAgentExecutor(path)
 
-        # timed inside the loop: a rollout actor's loop lives on; asyncio.run's own start and teardown
-        # (on Python 3.11 it reprs every result while restoring the SIGINT handler) are not the reward's
-        s = time.perf_counter()
-        outs = await asyncio.gather(*(one(p, t, g) for p, t, g, _ in items))
-        return time.perf_counter() - s, outs
+    def run(self, items, plugin: bool):
+        """Score ``items`` concurrently, one call per sample; (wall seconds, per-sample reward dicts)."""
+        import asyncio
 
-    return asyncio.run(all_samples())
+        fetch = self.patched if plugin else self.original
+
+        async def all_samples():
+            # timed inside the loop: a rollout actor's loop lives on; asyncio.run's own start and
+            # teardown (on Python 3.11 it reprs every result while restoring SIGINT) are not the reward's
+            s = time.perf_counter()
+            outs = await asyncio.gather(*(fetch(self.executor, [p + t + "<|im_end|>"], [p], [g]) for p, t, g, _ in items))
+            return time.perf_counter() - s, [o[0] for o in outs]
+
+        return asyncio.run(all_samples())
 
 
 def warm_corpus(data_dir: str, n: int = 400):
@@ -376,74 +382,77 @@ def warm_corpus(data_dir: str, n: int = 400):
     return out
 
 
-def _fresh_path_pool(module, warm):
+def _fresh_path_pool(path: "OpenRLHFRewardPath", warm):
     """Restart the reward file's grader pool (cold gold cache, like a new rollout actor) and warm its
-    workers up on ``warm`` through the same per-sample path (parser caches, lazy imports)."""
+    workers up on ``warm`` (parser caches, lazy imports)."""
     from rlhf_ext.rewards.openrlhf_protocol import scorer_from_env
 
     scorer = scorer_from_env()
     scorer.reward.grader.close()
     grader = scorer.reward.grader.start()
-    openrlhf_call_pattern(module.reward_func, warm)
+    path.run(warm, plugin=True)
     return grader
 
 
 def reward_path_section(args, corpus) -> dict:
-    """Sequential math-verify vs the reward file called per sample from threads (OpenRLHF's pattern) vs
-    the batch API, on two corpora, interleaved ``args.repeats`` times; medians reported."""
+    """Sequential math-verify vs OpenRLHF's reward call (per sample, from threads) without and with the
+    plugin's batching vs the batch API, on two corpora, interleaved ``args.repeats`` times; medians."""
     import statistics
 
     from sympy.core.cache import clear_cache
 
-    module = load_reward_file()
+    path = OpenRLHFRewardPath()
     warm = warm_corpus(args.data)
     for _, t, g, _ in warm:  # the sequential side warms up on the same answers
         baseline_grade(t, g)
     corpora = {"groups of 8 (125 MATH-500 problems)": group_corpus(args.data),
                "MATH-500 style (1000 samples)": math500_corpus(args.data)}
+    sides = ("baseline", "openrlhf", "plugin", "batch_api")
     out = {}
     for name, items in corpora.items():
-        walls = {"baseline": [], "reward_path": [], "batch_api": []}
-        cpu = {"baseline": [], "reward_path": []}
-        agree = None
+        walls = {k: [] for k in sides}
+        cpu = {k: [] for k in sides}
+        agree = {}
         for rep in range(args.repeats):
             clear_cache()  # sympy's expression cache would remember the previous repetition's answers
             s, c = time.perf_counter(), time.process_time()
             base = [baseline_grade(t, g) for _, t, g, _ in items]
             walls["baseline"].append(time.perf_counter() - s)
             cpu["baseline"].append(time.process_time() - c)
-            grader = _fresh_path_pool(module, warm)
-            pids = [w.proc.pid for w in grader._workers]
-            c, w0 = time.process_time(), sum(_cpu_seconds(p) for p in pids)
-            wall, outs = openrlhf_call_pattern(module.reward_func, items)
-            walls["reward_path"].append(wall)
-            cpu["reward_path"].append(time.process_time() - c + sum(_cpu_seconds(p) for p in pids) - w0)
+            for side in ("openrlhf", "plugin"):
+                grader = _fresh_path_pool(path, warm)
+                pids = [w.proc.pid for w in grader._workers]
+                c, w0 = time.process_time(), sum(_cpu_seconds(p) for p in pids)
+                wall, outs = path.run(items, plugin=side == "plugin")
+                walls[side].append(wall)
+                cpu[side].append(time.process_time() - c + sum(_cpu_seconds(p) for p in pids) - w0)
+                comparable = [i for i, (_, t, g, _) in enumerate(items) if not rewrites(t, g)]
+                agree[side] = (sum(bool(outs[i]["scores"][0]) == base[i] for i in comparable), len(comparable))
             grader.close()
             with MathGrader(timeout=args.timeout, workers=args.workers) as g:
                 g.start()
                 g.grade_batch([t for _, t, _, _ in warm], [gg for _, _, gg, _ in warm])
-                s = time.perf_counter()
+                pids = [w.proc.pid for w in g._workers]
+                s, c, w0 = time.perf_counter(), time.process_time(), sum(_cpu_seconds(p) for p in pids)
                 g.grade_batch([t for _, t, _, _ in items], [gg for _, _, gg, _ in items])
                 walls["batch_api"].append(time.perf_counter() - s)
-            comparable = [i for i, (_, t, g, _) in enumerate(items) if not rewrites(t, g)]
-            agree = (sum(bool(outs[i]["scores"][0]) == base[i] for i in comparable), len(comparable))
+                cpu["batch_api"].append(time.process_time() - c + sum(_cpu_seconds(p) for p in pids) - w0)
             _progress(f"reward path, {name}", rep + 1, args.repeats)
         med = {k: statistics.median(v) for k, v in walls.items()}
         out[name] = {"samples": len(items), "golds": len({str(g) for _, _, g, _ in items}),
                      "wall_s": {k: round(v, 3) for k, v in med.items()},
                      "all_walls_s": {k: [round(x, 3) for x in v] for k, v in walls.items()},
-                     "reward_path_ratio": round(med["baseline"] / med["reward_path"], 2),
+                     "ratio": {k: round(med["baseline"] / med[k], 2) for k in sides[1:]},
                      "cpu_ms_per_sample": {k: round(1000 * statistics.median(v) / len(items), 3) for k, v in cpu.items()},
-                     "batch_api_ratio": round(med["baseline"] / med["batch_api"], 2),
-                     "agreement": f"{agree[0]}/{agree[1]}"}
+                     "agreement": {k: f"{a}/{n}" for k, (a, n) in agree.items()}}
 
-    # a hostile answer among 64 per-sample calls: what it adds to the wall time
+    # a hostile answer among 64 per-sample calls (plugin path): what it adds to the wall time
     ordinary = corpora["MATH-500 style (1000 samples)"][:63]
     hostile = [(ordinary[0][0], PATHOLOGICAL[0], "1", "pathological")]
-    grader = _fresh_path_pool(module, warm)
-    with_bad, _ = openrlhf_call_pattern(module.reward_func, ordinary[:32] + hostile + ordinary[32:])
-    grader = _fresh_path_pool(module, warm)
-    without, _ = openrlhf_call_pattern(module.reward_func, ordinary)
+    grader = _fresh_path_pool(path, warm)
+    with_bad, _ = path.run(ordinary[:32] + hostile + ordinary[32:], plugin=True)
+    grader = _fresh_path_pool(path, warm)
+    without, _ = path.run(ordinary, plugin=True)
     grader.close()
     out["hostile"] = {"wall_with_s": round(with_bad, 2), "wall_without_s": round(without, 2),
                       "added_s": round(with_bad - without, 2), "limit_s": grader.timeout}
@@ -451,23 +460,25 @@ def reward_path_section(args, corpus) -> dict:
 
 
 def print_reward_path(report: dict, workers: int) -> None:
-    print(f"\nreward path as OpenRLHF calls it (reward_func([query], [prompt], [label]) from asyncio.to_thread, "
-          f"{min(32, (os.cpu_count() or 1) + 4)} threads; {workers} grader workers); medians:")
-    print(f"{'':40s}{'samples':>8s}{'golds':>7s}{'seq. m-v s':>12s}{'per-sample s':>14s}{'ratio':>8s}"
-          f"{'batch API s':>13s}{'ratio':>8s}{'agree':>11s}")
+    print(f"\nreward path as OpenRLHF calls it (SingleTurnAgentExecutor._fetch_rewards_via_func([query], [prompt], "
+          f"[label]) per sample; {min(32, (os.cpu_count() or 1) + 4)} executor threads; {workers} grader workers); "
+          "medians, wall seconds (ratio to sequential math-verify):")
+    print(f"{'':38s}{'samples':>8s}{'golds':>6s}{'sequential':>12s}{'OpenRLHF':>16s}{'with plugin':>16s}"
+          f"{'batch API':>16s}")
     for name, r in report.items():
         if name == "hostile":
             continue
-        w = r["wall_s"]
-        print(f"{name:40s}{r['samples']:8d}{r['golds']:7d}{w['baseline']:12.2f}{w['reward_path']:14.2f}"
-              f"{r['reward_path_ratio']:7.2f}x{w['batch_api']:13.2f}{r['batch_api_ratio']:7.2f}x{r['agreement']:>11s}")
+        w, q = r["wall_s"], r["ratio"]
+        print(f"{name:38s}{r['samples']:8d}{r['golds']:6d}{w['baseline']:12.2f}"
+              + "".join(f"{w[k]:9.2f} ({q[k]:.2f}x)" for k in ("openrlhf", "plugin", "batch_api")))
         c = r["cpu_ms_per_sample"]
-        print(f"{'':40s}CPU ms per sample (all processes): sequential {c['baseline']:.2f}, "
-              f"per-sample path {c['reward_path']:.2f}; with {workers} free cores the path can reach at most "
-              f"{workers * c['baseline'] / c['reward_path']:.2f}x")
+        print(f"{'':38s}CPU ms/sample, all processes:{c['baseline']:6.2f}" + "".join(
+            f"{c[k]:16.2f}" for k in ("openrlhf", "plugin", "batch_api")))
+        print(f"{'':38s}agreement with math-verify: OpenRLHF path {r['agreement']['openrlhf']}, "
+              f"plugin path {r['agreement']['plugin']}")
     h = report["hostile"]
-    print(f"64 per-sample calls, one hostile answer among them: {h['wall_with_s']} s vs {h['wall_without_s']} s "
-          f"without it (added {h['added_s']} s; limit {h['limit_s']:g} s)")
+    print(f"64 per-sample calls (plugin path), one hostile answer among them: {h['wall_with_s']} s vs "
+          f"{h['wall_without_s']} s without it (added {h['added_s']} s; limit {h['limit_s']:g} s)")
 
 
 def main(argv=None) -> int:
@@ -715,9 +726,9 @@ def main(argv=None) -> int:
     }
     print_reward_path(path_report, grader.workers)
     main_path = path_report["MATH-500 style (1000 samples)"]
-    goals["reward path (per-sample calls from threads) >= 1.8x, MATH-500 style"] = main_path["reward_path_ratio"] >= 1.8
-    goals["reward path agrees 100%"] = all(r["agreement"].split("/")[0] == r["agreement"].split("/")[1]
-                                           for k, r in path_report.items() if k != "hostile")
+    goals["OpenRLHF's reward call with the plugin >= 1.8x, MATH-500 style"] = main_path["ratio"]["plugin"] >= 1.8
+    goals["reward path agrees 100%"] = all(a.split("/")[0] == a.split("/")[1] for k, r in path_report.items()
+                                           if k != "hostile" for a in r["agreement"].values())
     goals["hostile answer adds <= limit + 1 s on the reward path"] = (path_report["hostile"]["added_s"]
                                                                       <= args.timeout + 1)
     report["reward_path"] = path_report

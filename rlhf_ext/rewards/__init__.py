@@ -28,7 +28,6 @@ Importing this package does not import torch or start any process.
 
 from .extraction import (AnswerCandidate, extract_answer, find_answer_candidate, latex_for_math_verify, normalize_answer,
                          prepare_gold)
-from .coalesce import Coalescer
 from .grader import GradeResult, MathGrader, cgroup_cpu_limit, default_grader, default_workers
 from .registry import (
     ENTRY_POINT_GROUP,
@@ -71,7 +70,6 @@ __all__ = [
     "default_grader",
     "default_workers",
     "cgroup_cpu_limit",
-    "Coalescer",
     "extract_answer",
     "find_answer_candidate",
     "normalize_answer",

@@ -114,6 +114,8 @@ class WeightedReward:
         for entry in self.entries:
             self._check_options(entry)
         self.uses_correctness = any(e.uses_correctness for e in self.entries)
+        # every component's value depends on its own sample only: batches may be merged and split
+        self.per_sample = all(e.per_sample for e in self.entries)
         if grader is None and self.uses_correctness:
             MathGrader(timeout=timeout, workers=workers).close()  # validate the arguments now, start nothing
         self._grader = grader

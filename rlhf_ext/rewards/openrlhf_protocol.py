@@ -21,10 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .coalesce import Coalescer
 from .composite import FLAG_NAMES, WeightedReward
 from .config import RewardConfig
-from .grader import default_workers
 
 logger = logging.getLogger(__name__)
 
@@ -151,10 +149,6 @@ class RewardScorer:
         self.log_keys = ([f"reward/{name}" for name, _ in self.reward.weights]
                          + [f"reward_flag/{flag}" for flag in FLAG_NAMES] + [PROMPT_NOT_FOUND_KEY, ERROR_KEY])
         self._last_error_log = 0.0
-        # Concurrent calls share their grading: one batch per grader worker in flight, what arrives
-        # meanwhile forms the next. Only the grading: each call's rewards stay computed over that
-        # call's samples (batch-relative rewards such as `length` keep their per-call meaning).
-        self._coalescer = Coalescer(self._grade_rows, max_inflight=self.config.workers or default_workers())
 
     def close(self) -> None:
         self.reward.close()
@@ -181,30 +175,71 @@ class RewardScorer:
     def score(self, queries: Sequence[str], prompts: Optional[Sequence[str]] = None,
               labels: Optional[Sequence] = None) -> Dict:
         """``{"rewards": [...], "scores": [...], "extra_logs": {key: [...]}}`` as plain lists."""
-        return self._score(queries, prompts, labels, coalesce=False)
+        return self._score(queries, prompts, labels)
 
-    def score_concurrent(self, queries: Sequence[str], prompts: Optional[Sequence[str]] = None,
-                         labels: Optional[Sequence] = None) -> Dict:
-        """:meth:`score` for calls that arrive concurrently from many threads, as OpenRLHF's per-sample
-        ``reward_func`` calls do: the grading of concurrent calls is done in shared batches (see
-        :class:`~rlhf_ext.rewards.coalesce.Coalescer`); the result is :meth:`score`'s for each call."""
-        return self._score(queries, prompts, labels, coalesce=True)
+    def score_calls(self, calls: Sequence[Tuple[Sequence[str], Sequence[str], Sequence]]) -> List[Dict]:
+        """Many :meth:`score` calls at once, ``calls`` = ``[(queries, prompts, labels), ...]``: one
+        result per call, each what :meth:`score` returns for it, but every call's samples graded in
+        ONE batch (the grader's workers then get them a batch at a time). When every reward of the spec
+        is per-sample (the registry says so; ``math`` is), all calls are also scored as one batch and
+        split; otherwise rewards are computed per call, so batch-relative rewards (``length``) keep
+        their per-call meaning. A malformed call is scored alone (0, reported) and never affects the
+        others."""
+        prepared, texts, golds = [], [], []
+        for call in calls:
+            try:
+                queries, prompts, labels = check_batch(*call)
+                recovered = self.recover(queries, prompts)
+            except Exception:
+                prepared.append(None)
+                continue
+            prepared.append((queries, prompts, labels, recovered, len(texts)))
+            texts.extend(r.text for r in recovered)
+            golds.extend(labels)
+        if self.reward.per_sample:
+            return self._score_merged(calls, prepared)
+        grades = None
+        if self.reward.uses_correctness and texts:
+            try:
+                grades = self.reward.grader.grade_batch(texts, golds)
+            except Exception as exc:  # each call then grades its own samples (and reports a failure)
+                logger.warning("rlhf_ext reward: grading %d samples together failed (%s); grading per call",
+                               len(texts), exc)
+        outs = []
+        for call, prep in zip(calls, prepared):
+            if prep is None:
+                outs.append(self._score(*call))
+                continue
+            queries, prompts, labels, recovered, start = prep
+            outs.append(self._score(queries, prompts, labels, recovered=recovered,
+                                    grades=None if grades is None else grades[start:start + len(queries)]))
+        return outs
 
-    def _grade_rows(self, items: List[Tuple[str, object]]) -> List:
-        return self.reward.grader.grade_batch([text for text, _ in items], [label for _, label in items])
+    def _score_merged(self, calls, prepared) -> List[Dict]:
+        valid = [p for p in prepared if p is not None]
+        whole = None
+        if valid:
+            whole = self._score([q for p in valid for q in p[0]], [x for p in valid for x in p[1]],
+                                [x for p in valid for x in p[2]], recovered=[r for p in valid for r in p[3]])
+        outs = []
+        for call, prep in zip(calls, prepared):
+            if prep is None:
+                outs.append(self._score(*call))
+                continue
+            lo, hi = prep[4], prep[4] + len(prep[0])
+            outs.append({"rewards": whole["rewards"][lo:hi], "scores": whole["scores"][lo:hi],
+                         "extra_logs": {k: v[lo:hi] for k, v in whole["extra_logs"].items()}})
+        return outs
 
-    def _score(self, queries, prompts, labels, coalesce: bool) -> Dict:
+    def _score(self, queries, prompts, labels, recovered=None, grades=None) -> Dict:
         n = len(queries) if isinstance(queries, (list, tuple)) else 0
         try:
             queries, prompts, labels = check_batch(queries, prompts, labels)
-            recovered = self.recover(queries, prompts)
+            if recovered is None:
+                recovered = self.recover(queries, prompts)
             info = self._tokenizer_info()
             lengths = [info.count(r.text) for r in recovered] if info else None
-            texts = [r.text for r in recovered]
-            grades = None
-            if coalesce and self.reward.uses_correctness and texts:
-                grades = self._coalescer.call(list(zip(texts, labels)))
-            breakdown = self.reward(texts, labels, truncated=[r.truncated for r in recovered],
+            breakdown = self.reward([r.text for r in recovered], labels, truncated=[r.truncated for r in recovered],
                                     completion_lengths=lengths, grades=grades)
             logs = {f"reward/{name}": values for name, values in breakdown.components.items()}
             logs.update({f"reward_flag/{flag}": values for flag, values in breakdown.flags.items()})

@@ -17,6 +17,31 @@ logger = logging.getLogger("rlhf_ext.rewards.openrlhf_reward")
 _last_config_error_log = [0.0]
 
 
+def _as_list(x):
+    return list(x) if isinstance(x, (list, tuple)) else x
+
+
+def _config_error(n: int, exc: Exception) -> dict:
+    """A bad configuration: report on every sample, do not crash the job."""
+    now = time.monotonic()
+    if now - _last_config_error_log[0] > 10:
+        _last_config_error_log[0] = now
+        logger.error("rlhf_ext reward configuration is invalid, every sample scores 0: %s", exc)
+    return {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": {ERROR_KEY: [1.0] * n}}
+
+
+def _tensors(out: dict) -> dict:
+    # One tensor for all rows, then its rows: OpenRLHF calls this once per sample, and one
+    # torch.tensor per value was a third of the call's own cost.
+    keys = list(out["extra_logs"])
+    values = [out["rewards"], out["scores"]] + [out["extra_logs"][k] for k in keys]
+    try:
+        rows = torch.tensor(values, dtype=torch.float32).unbind(0)
+    except (ValueError, TypeError):  # rows of different lengths: never from the scorer, but never raise
+        rows = [torch.tensor(v, dtype=torch.float32) for v in values]
+    return {"rewards": rows[0], "scores": rows[1], "extra_logs": dict(zip(keys, rows[2:]))}
+
+
 def reward_func(queries, prompts, labels, **kwargs):
     """OpenRLHF's rule-reward entry point; returns ``{"rewards", "scores", "extra_logs"}`` of float tensors.
 
@@ -32,25 +57,20 @@ def reward_func(queries, prompts, labels, **kwargs):
         n = 1
     try:
         scorer = scorer_from_env()
-    except Exception as exc:  # a bad configuration: report on every sample, do not crash the job
-        now = time.monotonic()
-        if now - _last_config_error_log[0] > 10:
-            _last_config_error_log[0] = now
-            logger.error("rlhf_ext reward configuration is invalid, every sample scores 0: %s", exc)
-        out = {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": {ERROR_KEY: [1.0] * n}}
-    else:
-        # OpenRLHF calls once per sample from many threads at once: those calls are scored together
-        out = scorer.score_concurrent(
-            list(queries) if isinstance(queries, (list, tuple)) else queries,
-            list(prompts) if isinstance(prompts, (list, tuple)) else prompts,
-            list(labels) if isinstance(labels, (list, tuple)) else labels,
-        )
-    # One tensor for all rows, then its rows: OpenRLHF calls this once per sample, and one
-    # torch.tensor per value was a third of the call's own cost.
-    keys = list(out["extra_logs"])
-    values = [out["rewards"], out["scores"]] + [out["extra_logs"][k] for k in keys]
+    except Exception as exc:
+        return _tensors(_config_error(n, exc))
+    return _tensors(scorer.score(_as_list(queries), _as_list(prompts), _as_list(labels)))
+
+
+def reward_func_calls(calls):
+    """Many :func:`reward_func` calls at once, ``calls`` = ``[(queries, prompts, labels), ...]``: one
+    output per call, each exactly what ``reward_func(*call)`` returns, with the grading of all of them
+    shared (:meth:`RewardScorer.score_calls`). The ``rlhf_ext`` plugin's OpenRLHF rollout path calls
+    this with the per-sample calls that arrive together (:mod:`rlhf_ext.patches.openrlhf.reward_batching`).
+    Never raises."""
+    calls = [(_as_list(q), _as_list(p), _as_list(lab)) for q, p, lab in calls]
     try:
-        rows = torch.tensor(values, dtype=torch.float32).unbind(0)
-    except (ValueError, TypeError):  # rows of different lengths: never from the scorer, but never raise
-        rows = [torch.tensor(v, dtype=torch.float32) for v in values]
-    return {"rewards": rows[0], "scores": rows[1], "extra_logs": dict(zip(keys, rows[2:]))}
+        scorer = scorer_from_env()
+    except Exception as exc:
+        return [_tensors(_config_error(len(q) if isinstance(q, list) else 1, exc)) for q, _, _ in calls]
+    return [_tensors(out) for out in scorer.score_calls(calls)]

@@ -33,11 +33,13 @@ class UnknownRewardError(UnknownNameError):
 
 @dataclass(frozen=True)
 class RewardEntry:
-    """A registered reward: the function and whether it needs the grader's verdicts (``grades``)."""
+    """A registered reward: the function, whether it needs the grader's verdicts (``grades``), and
+    whether each sample's value depends on that sample alone (``per_sample``)."""
 
     name: str
     fn: Callable
     uses_correctness: bool
+    per_sample: bool = False
 
 
 REWARDS = Registry("reward", ENTRY_POINTS, error=UnknownRewardError, identity=lambda entry: entry.fn)
@@ -48,11 +50,14 @@ def load_entry_points() -> Dict[str, str]:
     return ENTRY_POINTS.load()
 
 
-def register_reward(name: str, *, uses_correctness: bool = False, override: bool = False):
+def register_reward(name: str, *, uses_correctness: bool = False, per_sample: bool = False, override: bool = False):
     """Decorator registering ``fn(completions, solution=None, **kwargs) -> list[float]`` under ``name``.
 
     ``uses_correctness``: the function reads ``kwargs["grades"]``; a weighted combination then grades
     the batch once and shares the verdicts among all such rewards.
+    ``per_sample``: each sample's value depends on that sample alone (not on the rest of its batch,
+    as Kimi's ``length`` does); such rewards may be computed over several callers' samples at once.
+    Leave it False when unsure: the reward is then always computed over exactly its caller's batch.
     """
     if not isinstance(name, str) or not name or any(c in name for c in ",: ="):
         raise ValueError(f"reward name must be a non-empty string without ',', ':', '=' or spaces, got {name!r}")
@@ -60,7 +65,7 @@ def register_reward(name: str, *, uses_correctness: bool = False, override: bool
     def decorator(fn: Callable) -> Callable:
         if not callable(fn):
             raise TypeError(f"cannot register non-callable {fn!r} as reward {name!r}")
-        REWARDS.add(name, RewardEntry(name, fn, bool(uses_correctness)), override=override)
+        REWARDS.add(name, RewardEntry(name, fn, bool(uses_correctness), bool(per_sample)), override=override)
         return fn
 
     return decorator

@@ -67,7 +67,7 @@ def _grades_for(name: str, texts: List[str], solution, grades, grader) -> list:
     return grader.grade_batch(texts, list(solution))
 
 
-@register_reward("accuracy", uses_correctness=True)
+@register_reward("accuracy", uses_correctness=True, per_sample=True)
 def accuracy_reward(completions, solution=None, *, grades=None, grader=None, **kwargs) -> List[float]:
     """1.0 when math-verify finds the final answer equal to the gold, else 0.0 (Open-R1 ``accuracy_reward``)."""
     texts = completion_texts(completions)
@@ -97,13 +97,13 @@ def format_matches(text: str) -> bool:
     return False
 
 
-@register_reward("format")
+@register_reward("format", per_sample=True)
 def format_reward(completions, **kwargs) -> List[float]:
     """1.0 if the completion is ``<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>`` (Open-R1 ``format_reward``)."""
     return [1.0 if format_matches(t) else 0.0 for t in completion_texts(completions)]
 
 
-@register_reward("tag_count")
+@register_reward("tag_count", per_sample=True)
 def tag_count_reward(completions, **kwargs) -> List[float]:
     """0.25 for each of ``<think>\\n``, ``\\n</think>\\n``, ``\\n<answer>\\n``, ``\\n</answer>`` present exactly once.
 
@@ -118,7 +118,7 @@ def tag_count_reward(completions, **kwargs) -> List[float]:
 _STEP_MARKERS = re.compile(r"(Step \d+:|^\d+\.|\n-|\n\*|First,|Second,|Next,|Finally,)")
 
 
-@register_reward("reasoning_steps")
+@register_reward("reasoning_steps", per_sample=True)
 def reasoning_steps_reward(completions, **kwargs) -> List[float]:
     """min(1, markers / 3) for step markers ("Step 1:", numbered lines, bullets, "First," ...); Open-R1's regex.
 
@@ -156,7 +156,7 @@ def _finite(name: str, **values) -> None:
             raise ValueError(f"{name}: {key} must be a finite number, got {v!r}")
 
 
-@register_reward("cosine", uses_correctness=True)
+@register_reward("cosine", uses_correctness=True, per_sample=True)
 def cosine_scaled_reward(completions, solution=None, *, grades=None, grader=None, min_value_wrong: float = -1.0,
                          max_value_wrong: float = -0.5, min_value_correct: float = 0.5, max_value_correct: float = 1.0,
                          max_len: int = 1000, **kwargs) -> List[float]:
@@ -183,7 +183,7 @@ def cosine_scaled_reward(completions, solution=None, *, grades=None, grader=None
     return out
 
 
-@register_reward("repetition_penalty")
+@register_reward("repetition_penalty", per_sample=True)
 def repetition_penalty_reward(completions, *, ngram_size: int = 3, max_penalty: float = -1.0, language: str = "en",
                               **kwargs) -> List[float]:
     """N-gram repetition penalty (arXiv 2502.03373, appendix C.2), as Open-R1.
@@ -234,7 +234,7 @@ def _lengths(name: str, texts: List[str], completion_lengths, completion_ids) ->
     return [len(t) for t in texts]
 
 
-@register_reward("soft_overlong_punishment")
+@register_reward("soft_overlong_punishment", per_sample=True)
 def soft_overlong_punishment_reward(completions=None, *, max_completion_len: int = 16384,
                                     soft_punish_cache: int = 4096, completion_lengths=None, completion_ids=None,
                                     **kwargs) -> List[float]:
@@ -278,7 +278,7 @@ def _are_token_ids(items: Sequence) -> bool:
     )
 
 
-@register_reward("truncation")
+@register_reward("truncation", per_sample=True)
 def truncation_reward(completions, *, truncated=None, **kwargs) -> List[float]:
     """1.0 for a completion cut off by the length limit (no end-of-sequence token), else 0.0.
 
@@ -292,7 +292,7 @@ def truncation_reward(completions, *, truncated=None, **kwargs) -> List[float]:
     return [1.0 if t else 0.0 for t in truncated]
 
 
-@register_reward("answer_format")
+@register_reward("answer_format", per_sample=True)
 def answer_format_reward(completions, **kwargs) -> List[float]:
     """1.0 when the completion states a final answer the grader can find (``\\boxed{}``, ``<answer>``
     tags, "The answer is ...", ``#### ...``), else 0.0: the format bonus of the plain GSM8K/MATH recipe."""

@@ -35,6 +35,9 @@ where                                          what                             
 ``deepspeed.DeepspeedStrategy.backward``       guard: checks before backward                PolicyModelActor
 ``deepspeed.DeepspeedStrategy.optimizer_step`` guard: gradients at the accumulation          PolicyModelActor
                                                boundary, DeepSpeed's skipped steps
+``agent.SingleTurnAgentExecutor``              ``_fetch_rewards_via_func``: rlhf_ext's      RolloutRayActor
+                                               reward file's per-sample calls graded in
+                                               shared batches (:mod:`.reward_batching`)
 ``ray.init``                                   plugin env in the job's runtime env          driver
 ``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`)              driver
 ``argparse`` (OpenRLHF's DPO parser only)      ``--model.loss_type``, ``--model.simpo_gamma``  train_dpo ranks
@@ -72,6 +75,7 @@ SAMPLES_GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
 VLLM_ENGINE = "openrlhf.trainer.ray.vllm_engine"
 PPO_TRAINER = "openrlhf.trainer.ppo_trainer"
 DEEPSPEED = "openrlhf.utils.deepspeed.deepspeed"
+AGENT = "openrlhf.utils.agent"
 
 _KL_PARAMS = ("log_probs", "log_probs_base", "log_probs_old", "kl_estimator", "unbiased_gradient")
 _POLICY_LOSS_INIT = (
@@ -100,6 +104,14 @@ _DPO_TRAINER_INIT = (
 _DPO_FORWARD = ("self", "model", "chosen_ids", "c_mask", "reject_ids", "r_mask", "prompt_id_lens")
 
 PATCHES = (
+    Patch(
+        name="reward file calls in shared batches",
+        module=AGENT,
+        target="SingleTurnAgentExecutor._fetch_rewards_via_func",
+        params=("self", "queries_list", "prompts_list", "labels_list"),
+        make=_HERE + ".reward_batching:make_fetch_rewards_via_func",
+        requires=(Requirement("SingleTurnAgentExecutor.__init__", ("self", "remote_rm_url")),),
+    ),
     Patch(
         name="advantage estimators",
         module=EXPERIENCE_MAKER,
