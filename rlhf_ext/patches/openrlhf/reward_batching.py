@@ -22,12 +22,12 @@ import asyncio
 import functools
 import logging
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
 # Batches in flight at once: two lets one batch's scoring (Python, in the caller) overlap the other's
-# grading (in the workers); 1, 2 and 4 measured alike on 2 cores (docs/benchmarks.md).
+# grading (in the workers); 1, 2 and 4 measured alike on 2 cores.
 MAX_INFLIGHT = 2
 MAX_BATCH = 1024
 _ATTR = "_rlhf_ext_reward_batchers"
@@ -51,10 +51,10 @@ def _is_rlhf_ext_reward_file(executor) -> bool:
 class RewardBatcher:
     """Group commit of concurrent reward calls on one event loop (used only from that loop)."""
 
-    def __init__(self, score_calls, max_inflight: int = MAX_INFLIGHT, max_batch: int = MAX_BATCH):
+    def __init__(self, score_calls, max_inflight: Optional[int] = None, max_batch: Optional[int] = None):
         self.score_calls = score_calls
-        self.max_inflight = max_inflight
-        self.max_batch = max_batch
+        self.max_inflight = max_inflight or MAX_INFLIGHT
+        self.max_batch = max_batch or MAX_BATCH
         self.pending: List[Tuple[tuple, asyncio.Future]] = []
         self.inflight = 0
         self.stats = {"calls": 0, "batches": 0}
