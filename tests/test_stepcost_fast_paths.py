@@ -190,3 +190,30 @@ def test_update_counter_takes_a_known_signal():
     c.add_signal(False)
     assert c.end_update() is False
     assert (c.attempted, c.applied, c.zero_advantage) == (2, 1, 1)
+
+
+def test_step_metrics_off_leaves_only_openrlhfs_work(patched):
+    """--rlhf_ext.step_metrics off: the same loss and KL values, and none of rlhf_ext's extra metrics."""
+    from openrlhf.trainer.ppo_utils import experience_maker
+
+    from rlhf_ext.patches.openrlhf.config import step_metrics
+    from rlhf_ext.patches.openrlhf.kl import kl_settings
+
+    new, old, adv, mask = batch(7)
+    on = patched.actor.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28).configure("token-mean")
+    off = patched.actor.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28).configure("token-mean", side_metrics=False)
+    out_on, out_off = on(new, old, adv, action_mask=mask), off(new, old, adv, action_mask=mask)
+    assert torch.equal(out_on[0], out_off[0]) and torch.equal(out_on[1], out_off[1])
+    assert set(on.last_metrics) == {"clip_frac_low", "clip_frac_high"} and off.last_metrics == {}
+
+    base = -torch.rand(4, 7)
+    lp = base + torch.randn(4, 7) * 8
+    for setting, flags in (("all", 1), ("off", 0)):
+        args = SimpleNamespace(algo=SimpleNamespace(kl=SimpleNamespace(clip=None)),
+                               rlhf_ext=SimpleNamespace(step_metrics=setting))
+        assert step_metrics(args) is (setting == "all")
+        with kl_settings(args) as ctx:
+            value = experience_maker.compute_approx_kl(lp, base, kl_estimator="k3")
+        assert torch.equal(value, patched.utils.compute_approx_kl(lp, base, kl_estimator="k3"))
+        assert len(ctx.flags) == flags
+    assert step_metrics(SimpleNamespace()) is True  # the default: all
