@@ -436,9 +436,12 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
             status = "complete"
         except KeyboardInterrupt:
             status = "interrupted"
-            raise EvalInterrupted(
-                f"interrupted: finished samples are saved in {run.output / records.SAMPLES_FILE}; rerun the "
-                "same command (or add --resume) to generate the rest") from None
+            raise EvalInterrupted(_interrupted_message(run)) from None
+        except Exception:
+            if not _sigint_follows():
+                raise
+            status = "interrupted"
+            raise EvalInterrupted(_interrupted_message(run)) from None
         finally:
             sample_log.close()
             timing["generation_s"] = timing.get("generation_s", 0.0) + (time.monotonic() - t0)
@@ -538,6 +541,29 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
             grader.close(wait=False)
         if engine is not None:
             _close_engine(engine)
+
+
+def _interrupted_message(run) -> str:
+    return (f"interrupted: finished samples are saved in {run.output / records.SAMPLES_FILE}; rerun the "
+            "same command (or add --resume) to generate the rest")
+
+
+def _sigint_follows(wait: float = 1.0) -> bool:
+    """Whether this process gets a SIGINT within ``wait`` seconds.
+
+    Ctrl-C reaches the whole process group: vLLM's engine process can die of it, and generation fail
+    with an engine error, a moment before this process handles its own SIGINT. That failure is the
+    interruption, not a crash (exit 130, status "interrupted"). Only the main thread receives signals.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        time.sleep(wait)
+    except KeyboardInterrupt:
+        return True
+    return False
 
 
 def run_eval(options: RunOptions, log=print, llm=None, grader=None) -> tuple[Path, dict]:
