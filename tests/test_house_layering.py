@@ -163,3 +163,25 @@ def test_framework_free_math_stays_framework_free(package):
 def test_only_the_cli_imports_the_tours():
     importers = _importers_of("rlhf_ext.tours")
     assert set(importers) == {"rlhf_ext.cli"}, importers
+
+
+def test_every_import_of_an_rlhf_ext_module_names_one_that_exists():
+    """Imports inside functions run only when their code path does: a module moved without them
+    (``from .queue import`` left in a file that moved one package down) fails only there, late."""
+    missing = []
+    for module, path in MODULES.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                if base.split(".")[0] == "rlhf_ext" and base not in MODULES:
+                    missing.append(f"{module}:{node.lineno} imports {base}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "rlhf_ext" and alias.name not in MODULES:
+                        missing.append(f"{module}:{node.lineno} imports {alias.name}")
+    assert not missing, missing

@@ -235,7 +235,7 @@ def _run_queue_status(args: argparse.Namespace) -> int:
 
 
 def _run_queue_report(args: argparse.Namespace) -> int:
-    from .queue import report
+    from ..queue import report
 
     try:
         return report(args.output, args.html, title=args.title)
