@@ -14,6 +14,10 @@ def test_an_engine_dying_of_the_groups_ctrl_c_counts_as_the_interruption():
         "t = time.monotonic(); hit = _sigint_follows(wait=10.0)\n"
         "print(hit, time.monotonic() - t < 5, _sigint_follows(wait=0.2))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    import signal
+
+    # SIGINT as a terminal leaves it (a test run started in the background inherits it ignored)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "True", "False"]

@@ -126,8 +126,10 @@ def test_ctrl_c_then_resume_on_two_engines_reproduces_the_uninterrupted_run(run_
     # 8 problems x 16 samples: long enough to interrupt after the first samples are saved
     args = ["math500", "--model", tiny_model, "--data", DATA, "--limit", "8", "--n-samples", "16",
             "--max-tokens", "64", "--output", out]
+    # SIGINT as a terminal leaves it, even when the test run itself was started in the background
+    # (a shell's background jobs inherit SIGINT ignored, and Python then installs no Ctrl-C handler)
     proc = subprocess.Popen([*EVALKIT, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 400
         while not (samples.exists() and samples.stat().st_size > 0):
