@@ -120,21 +120,28 @@ def test_all_gather_single_process_group(tmp_path):
 
 ALL_GATHER_WORKER = textwrap.dedent(
     """
-    import json, sys, torch, torch.distributed as dist
+    import faulthandler, json, sys
+    faulthandler.enable()  # a native abort still prints where Python was
+    import torch, torch.distributed as dist
     from rlhf_ext.patches import flash_attn_fallback
     flash_attn_fallback.install()
     from flash_attn.utils.distributed import all_gather
+
+    def gather_and_backward(rank):
+        x = torch.full((2, 3), float(rank + 1), requires_grad=True)
+        y = all_gather(x, dist.group.WORLD)
+        # every rank weights the gathered rows differently; the input gradient is the sum over ranks
+        w = torch.arange(12.0).reshape(4, 3) * (rank + 1)
+        (y * w).sum().backward()
+        return y.tolist(), x.grad.tolist()
+
     rank, path = int(sys.argv[1]), sys.argv[2]
     dist.init_process_group("gloo", init_method="file://" + path, rank=rank, world_size=2)
-    x = torch.full((2, 3), float(rank + 1), requires_grad=True)
-    y = all_gather(x, dist.group.WORLD)
-    # every rank weights the gathered rows differently; the input gradient is the sum over ranks
-    w = torch.arange(12.0).reshape(4, 3) * (rank + 1)
-    (y * w).sum().backward()
-    print(json.dumps([y.tolist(), x.grad.tolist()]), flush=True)
-    # gloo aborts ("terminate called without an active exception") when one rank tears its
-    # process group down while the peer's connection is still in use: agree to stop first
-    dist.barrier()
+    # y's autograd node holds the process group, so the graph must be gone (the function returned)
+    # before destroy_process_group: else gloo's worker threads outlive it and are torn down during
+    # interpreter shutdown, which now and then aborts ("terminate called without an active exception")
+    print(json.dumps(gather_and_backward(rank)), flush=True)
+    dist.barrier()  # neither rank closes its connections while the other still uses them
     dist.destroy_process_group()
     """
 )
@@ -152,7 +159,7 @@ def test_all_gather_two_ranks_concatenates_and_reduce_scatters_gradients(tmp_pat
     ]  # fmt: skip
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err
+        assert p.returncode == 0, f"rank exit {p.returncode}\nstdout: {out}\nstderr: {err}"
     gathered = [[1.0] * 3] * 2 + [[2.0] * 3] * 2
     w = torch.arange(12.0).reshape(4, 3)
     summed = w * 1 + w * 2  # d/dy of sum over both ranks' losses

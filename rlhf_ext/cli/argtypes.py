@@ -39,4 +39,14 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-__all__ = ["port", "positive_int", "positive_seconds"]
+def probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
+__all__ = ["port", "positive_int", "positive_seconds", "probability"]

@@ -8,19 +8,8 @@ import sys
 from pathlib import Path
 
 from ..cli.argtypes import positive_int as _positive
+from ..cli.argtypes import probability as _probability
 from .io import DataToolError
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
-    return value
-
-
 
 
 def _parser(subparsers, name, help_text, description, example):

@@ -28,6 +28,8 @@ def all_gather_raw(input_: torch.Tensor, process_group=None) -> torch.Tensor:
 class _AllGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input_: torch.Tensor, process_group) -> torch.Tensor:
+        # as in flash-attn, the output's autograd node holds the group: free the graph before
+        # destroy_process_group, or gloo's threads outlive it until interpreter shutdown
         ctx.process_group = process_group
         ctx.rows = input_.shape[0]
         return all_gather_raw(input_, process_group)
