@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from rlhf_ext.cli.argtypes import positive_float as _positive_float
 from rlhf_ext.cli.argtypes import positive_int as _positive_int
 
 ROLLOUT_SETTINGS = {
@@ -333,16 +334,6 @@ def _versions() -> Dict[str, Optional[str]]:
         except metadata.PackageNotFoundError:
             continue
     return versions
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from rlhf_ext.cli import argtypes, build_parser
     "fn, text, value",
     [
         (argtypes.positive_int, "3", 3),
+        (argtypes.positive_float, "1e-3", 0.001),
         (argtypes.port, "0", 0),
         (argtypes.port, "65535", 65535),
         (argtypes.positive_seconds, "0.5", 0.5),
@@ -28,6 +29,9 @@ def test_good_values(fn, text, value):
     [
         (argtypes.positive_int, "0", "positive integer, got 0"),
         (argtypes.positive_int, "2.5", "positive integer, got '2.5'"),
+        (argtypes.positive_float, "0", "positive number, got '0'"),
+        (argtypes.positive_float, "nan", "positive number, got 'nan'"),
+        (argtypes.positive_float, "x", "expected a number, got 'x'"),
         (argtypes.port, "65536", "0..65535"),
         (argtypes.positive_seconds, "inf", "positive number of seconds"),
         (argtypes.positive_seconds, "-1", "positive number of seconds"),

@@ -7,6 +7,7 @@ with these too, so they live below the command that dispatches to those modules.
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def positive_int(text: str) -> int:
@@ -16,6 +17,16 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
 
 
@@ -49,4 +60,4 @@ def probability(text: str) -> float:
     return value
 
 
-__all__ = ["port", "positive_int", "positive_seconds", "probability"]
+__all__ = ["port", "positive_float", "positive_int", "positive_seconds", "probability"]
