@@ -142,6 +142,8 @@ def summarize(records_: Sequence[dict], config: dict, equivalence: Optional[Answ
         "sampling": {"temperature": gen["temperature"], "top_p": gen["top_p"], "max_tokens": gen["max_tokens"],
                      "seed": gen["seed"]},
         "n_samples": n_samples,
+        # runs from before the option were graded with the anchor required
+        "require_anchor": bool(config.get("grading", {}).get("require_anchor", True)),
         "complete": all(t["missing_samples"] == 0 for t in tasks.values()),
         "confidence": 0.95,
         "bootstrap_resamples": resamples,
@@ -165,6 +167,11 @@ def render_markdown(summary: dict) -> str:
         f"template `{summary['template']}`, temperature {s['temperature']}, top_p {s['top_p']}, "
         f"max_tokens {s['max_tokens']}, seed {s['seed']}, n = {n} samples per problem. "
         f"Scores in %, with bootstrap 95% intervals over problems ({summary['bootstrap_resamples']} resamples).",
+        "",
+        "Answers: " + ("only those stated with an anchor (\\boxed{}, 'the answer is', <answer>, ####) are graded, "
+                       "as the rewards do." if summary.get("require_anchor", True) else
+                       "without an anchor, the response's last math expression is graded, as lighteval and "
+                       "math-verify do for published numbers."),
         "",
     ]
     if not summary["complete"]:
