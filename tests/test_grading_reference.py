@@ -185,6 +185,10 @@ PHRASES = [
     ("The answer is -3, which is negative.", "-3", True),
     ("The answer is odd.", "\\text{odd}", True),        # no math in the sentence: the sentence
     ("The answer is $x^2+1$. I hope it is correct.", "x^2+1", True),
+    # more than a few words after the last number: no answer is stated (a benchmark sample that the
+    # first version of the rule turned from wrong to right)
+    ("Therefore, our answer is $0 + 0 = I am not sure.", "0", False),
+    ("The answer is: the total is $4$, plus $x = 2$ more from the other side.", "2", False),
 ]
 
 

@@ -223,14 +223,16 @@ def _phrase_answer(after: str) -> Optional[str]:
     if m:
         return m.group(1)
     # "Final Answer: The largest $n$ is 34." states its answer inside a sentence: the answer is the
-    # sentence's last math (a span or a number), not the sentence.
+    # sentence's last math (a span or a number), not the sentence -- when only a few words follow it
+    # ("... is 34", "... is $\\frac34$ square units"), not more math ("$0 + 0 = I am not sure").
     if _PROSE_WORD.search(_strip_spans(line)):
-        last = find_last_expression(line)
-        if last is not None:
-            return last
+        last = _last_math_group(line)
+        if last is not None and _FEW_WORDS.fullmatch(line[last[1]:]):
+            return last[0]
     return line
 
 
+_FEW_WORDS = re.compile(r"[\s.,;:!?*]*(?:[A-Za-z]+[\s.,;:!?*]*){0,3}")
 # A word of prose: two letters or more, not a LaTeX command or its braced argument.
 _PROSE_WORD = re.compile(r"(?<![A-Za-z\\{])[A-Za-z]{2,}(?![A-Za-z}])")
 
@@ -361,6 +363,21 @@ def _math_items(text: str) -> List[tuple]:
     return items
 
 
+def _last_math_group(text: str) -> Optional[tuple]:
+    """(answer, end): the last math item of ``text`` with the items just before it that only separators
+    divide from it (``$2$ and $5$`` -> ``2, 5``), and where it ends; None without math."""
+    items = _math_items(text)
+    if not items:
+        return None
+    group = [items[-1]]
+    for item in reversed(items[:-1]):
+        gap = text[item[1] : group[0][0]]
+        if len(gap) > _MAX_BOX_GAP or not _BOX_GAP.fullmatch(gap):
+            break
+        group.insert(0, item)
+    return _join_boxes([g[2] for g in group]), group[-1][1]
+
+
 def find_last_expression(text: str) -> Optional[str]:
     """The last math expression of ``text``: its last math span or number written outside one, with
     the ones just before it that only separators divide from it (``$2$ and $5$`` -> ``2, 5``).
@@ -371,17 +388,8 @@ def find_last_expression(text: str) -> Optional[str]:
     """
     if not isinstance(text, str) or not text:
         return None
-    tail = text[-_FALLBACK_TAIL:]
-    items = _math_items(tail)
-    if not items:
-        return None
-    group = [items[-1]]
-    for item in reversed(items[:-1]):
-        gap = tail[item[1] : group[0][0]]
-        if len(gap) > _MAX_BOX_GAP or not _BOX_GAP.fullmatch(gap):
-            break
-        group.insert(0, item)
-    return _join_boxes([g[2] for g in group])
+    found = _last_math_group(text[-_FALLBACK_TAIL:])
+    return found[0] if found else None
 
 
 # --- LaTeX that math-verify reads wrongly ---------------------------------------------------------
