@@ -12,7 +12,8 @@ as the gold (the gold then comes from the solution's boxes). The new version gra
 both modes (``require_anchor=True``, the rewards' and the old code's only mode, and ``False``,
 evaluation's). Each changed verdict is put down to the rule that produced it (several boxes, a
 number spelling, a phrase anchor, the fallback without an anchor), and each changed verdict is
-checked against the corpus's truth where the corpus knows it.
+checked against the corpus's truth where the corpus knows it, and against math-verify as its own
+test suite calls it (every box, the fallback without an anchor).
 """
 
 from __future__ import annotations
@@ -93,6 +94,20 @@ def reason(old: dict, new: dict) -> str:
     return "other extraction change"
 
 
+def reference(response: str, gold) -> bool:
+    """math-verify as its test suite and lighteval call it (every box, the fallback without an anchor);
+    the gold as ``$gold$`` unless it has a box. Only for this fixed corpus: ``ExprExtractionConfig``
+    runs sympy's parser on the text."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    gold = str(gold)
+    gold = gold if "\\boxed" in gold or "####" in gold else f"${gold}$"
+    if "####" in gold:
+        gold = "$" + gold.rsplit("####", 1)[1].strip().replace(",", "") + "$"
+    return bool(verify(parse(gold, config), parse(response, config), float_rounding=6, strict=True))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", required=False, help="the commit to compare with (e.g. main before the change)")
@@ -137,6 +152,8 @@ def main(argv=None) -> int:
             truth = TRUTH.get(kind)
             if truth is not None:
                 vs_truth["now agrees with the truth" if n["correct"] == truth else "now disagrees with the truth"] += 1
+            vs_truth["agrees with math-verify" if reference(response, gold) == n["correct"]
+                     else "differs from math-verify"] += 1
             examples.setdefault(why, (response[-100:], str(gold)[-60:], o["correct"], n["correct"]))
         report[mode] = {"verdicts_changed": sum(changed.values()), "by_reason": dict(changed),
                         "direction": dict(direction), "against_corpus_truth": dict(vs_truth),
@@ -145,7 +162,8 @@ def main(argv=None) -> int:
               f"changed; correct {right['old']} -> {right['new']}")
         for why, count in changed.most_common():
             print(f"  {count:5d}  {why}   e.g. {examples[why]}")
-        print(f"  direction {dict(direction)}; against the corpus's truth: {dict(vs_truth)}")
+        print(f"  direction {dict(direction)}; the new verdicts against the corpus's truth and math-verify: "
+              f"{dict(vs_truth)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

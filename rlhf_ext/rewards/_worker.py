@@ -98,7 +98,8 @@ def slow_parse(response: str) -> None:
         time.sleep(float(mark.group(1)))
 
 
-def serve(requests: Connection, replies: Connection, test_slow_parse: bool = False, require_anchor: bool = True) -> None:
+def serve(requests: Connection, replies: Connection, test_slow_parse: bool = False,
+          require_anchor: bool = True) -> None:
     """Grade samples until the request pipe closes."""
     import logging
 

@@ -7,21 +7,30 @@ model output in any thread. The grader hands the *raw* candidate found here to m
 
 Where the final answer is looked for, first hit wins:
 
-1. the last ``<answer>...</answer>`` block (Open-R1's format), when it states an answer: the last
-   non-empty box inside it, else a "the answer is" phrase inside it, else the whole block. A box
+1. the last ``<answer>...</answer>`` block (Open-R1's format), when it states an answer: the boxes
+   of the final answer inside it, else a "the answer is" phrase inside it, else the whole block. A box
    written while thinking (``<think>try \\boxed{3}</think><answer>5</answer>``) does not
    override the answer the format asks for;
-2. the last complete, non-empty ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``), braces
-   matched so that ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``; an empty ``\\boxed{}`` after
-   it does not hide it, and a bare ``\\boxed 5.`` loses the sentence's punctuation;
+2. the boxes of the final answer (:func:`find_final_boxes`): the last complete, non-empty
+   ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``), braces matched so that
+   ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``, with the boxes just before it that only
+   separators divide from it (``\\boxed{2} and \\boxed{5}`` is the answer ``2, 5``, a set, as
+   math-verify's ``boxed="all"`` reads it); an empty ``\\boxed{}`` after it does not hide it, and a
+   bare ``\\boxed 5.`` loses the sentence's punctuation;
 3. whichever comes last of a "the answer is X" / "final answer: X" / "Answer: X" phrase and
-   GSM8K's ``#### X`` line.
+   GSM8K's ``#### X`` line; in a sentence of prose (``Final Answer: The largest $n$ is 34.``) X is
+   the sentence's last math, not the sentence;
+4. with ``require_anchor=False`` only (evaluation), when none of the above is found: the last math
+   expression of the text (:func:`find_last_expression`), as lighteval and math-verify fall back.
 
 :func:`latex_for_math_verify` rewrites an answer (or gold) before math-verify parses it, for the
-spellings math-verify reads wrongly: digit groups separated by LaTeX spacing (``1\\,000``,
-``1{,}000``, ``1~000``) are joined (math-verify reads ``1\\,000`` as a product), and unbraced
-operator arguments get their braces the way TeX reads them (``\\frac12`` -> ``\\frac{1}{2}``,
-``2\\sqrt3`` -> ``2\\sqrt{3}``).
+spellings math-verify reads wrongly: digit groups separated by LaTeX spacing or a plain space
+(``1\\,000``, ``1{,}000``, ``1~000``, ``1 000``) are joined (math-verify reads ``1\\,000`` as a
+product), a unit or currency around a lone number is dropped (``7.5 m^2``, ``12 €``), and
+unbraced operator arguments get their braces the way TeX reads them (``\\frac12`` ->
+``\\frac{1}{2}``, ``2\\sqrt3`` -> ``2\\sqrt{3}``). A decimal comma (``2,74``) has two readings
+(:func:`answer_readings`). The vote key is made from the same rewritten text, so the answer a
+result reports is the one that was graded.
 
 Golds (:func:`prepare_gold`) may be GSM8K solutions (``... #### 18``), full MATH solutions with a
 ``\\boxed{}``, bare answers (``\\frac{1}{2}``, ``"025"``), or numbers from JSON (``27.0``).
@@ -351,11 +360,28 @@ def _math_spans(text: str) -> List[tuple]:
     return spans
 
 
+def _unclosed_math(text: str) -> int:
+    """Where a math span opens that never closes (a truncated ``$8-4= ...``), or ``len(text)``."""
+    open_tok, open_start = None, len(text)
+    for m in _MATH_DELIM.finditer(text):
+        tok = m.group()
+        if tok == "\\$" or tok == "\\\\":
+            continue
+        if open_tok is None:
+            if tok in _CLOSES:
+                open_tok, open_start = tok, m.start()
+        elif tok == _CLOSES[open_tok]:
+            open_tok, open_start = None, len(text)
+    return open_start
+
+
 def _math_items(text: str) -> List[tuple]:
-    """(start, end, math) of every math span of ``text`` and every number written outside them, in order."""
+    """(start, end, math) of every math span of ``text`` and every number written outside them, in
+    order; numbers after a span that opens and never closes are broken math, not prose."""
     spans = [sp for sp in _math_spans(text) if len(sp[2]) <= MAX_ANSWER_CHARS and not _EMPTY_BOX.fullmatch(sp[2])]
     items, pos = [], 0
-    for span in spans + [(len(text), len(text), None)]:
+    end = _unclosed_math(text)
+    for span in spans + [(end, end, None)]:
         items.extend((m.start(), m.end(), m.group()) for m in _LAST_NUMBER.finditer(text, pos, span[0]))
         if span[2] is not None:
             items.append(span)

@@ -312,7 +312,12 @@ class MathGrader:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._thread else "not started")
-        return f"MathGrader(timeout={self.timeout}, workers={self.workers}, require_anchor={self.require_anchor}, {state})"
+        return (f"MathGrader(timeout={self.timeout}, workers={self.workers}, require_anchor={self.require_anchor}, "
+                f"{state})")
+
+    def _extract(self, response) -> Optional[str]:
+        """The vote key of a response answered without a worker (an error, a timeout), by this grader's rules."""
+        return _safe_extract(response, self.require_anchor)
 
     # --- public API ----------------------------------------------------------------------------
 
@@ -452,7 +457,7 @@ class MathGrader:
             self._stats["errors"] += len(immediate)
         for fut, response, why in immediate:
             fut.set_running_or_notify_cancel()
-            fut.set_result(GradeResult(False, _safe_extract(response, self.require_anchor), False, False, why))
+            fut.set_result(GradeResult(False, self._extract(response), False, False, why))
         return futures
 
     def _ensure_thread(self) -> None:  # caller holds self._lock
@@ -637,7 +642,7 @@ class MathGrader:
                 task.started = True
             bad = self._bad_golds.get(task.gold_text)
             if bad is not None:
-                self._resolve(task, GradeResult(False, _safe_extract(task.response, self.require_anchor), False, False, bad))
+                self._resolve(task, GradeResult(False, self._extract(task.response), False, False, bad))
                 continue
             plan.setdefault(worker, []).append(task)
             planned_bytes[worker] = planned_bytes.get(worker, 0) + len(task.payload)
@@ -799,7 +804,7 @@ class MathGrader:
                     self._remember_bad_gold(task.gold_text, f"parsing the gold timed out after {self.timeout:g}s")
                 if not task.future.done():
                     self._stats["timeouts"] += 1
-                self._resolve(task, GradeResult(False, _safe_extract(task.response, self.require_anchor), gold_phase_done, True,
+                self._resolve(task, GradeResult(False, self._extract(task.response), gold_phase_done, True,
                                                 f"timed out after {self.timeout:g}s"))
             elif not worker.ready and now >= worker.started + _START_TIMEOUT_S:
                 logger.warning("rlhf_ext grader worker %s did not start within %ss; replacing it",
@@ -877,7 +882,7 @@ class MathGrader:
                 self._broken = (f"grader workers exit before they are ready (exit code {code}); run "
                                 f"`{sys.executable} -c \"import math_verify\"` to see why")
         if task is not None:
-            self._resolve(task, GradeResult(False, _safe_extract(task.response, self.require_anchor), gold_done, False,
+            self._resolve(task, GradeResult(False, self._extract(task.response), gold_done, False,
                                             f"grader worker exited unexpectedly (exit code {code})"))
 
     def _remove(self, worker: _Worker, reason: str) -> None:
@@ -945,7 +950,7 @@ class MathGrader:
                     self._pending.pop(task.id, None)
             elif task.started or task.future.set_running_or_notify_cancel():
                 task.started = True
-                self._resolve(task, GradeResult(False, _safe_extract(task.response, self.require_anchor), False, False, why))
+                self._resolve(task, GradeResult(False, self._extract(task.response), False, False, why))
             else:  # cancelled by the caller
                 with self._lock:
                     self._pending.pop(task.id, None)

@@ -11,16 +11,21 @@ Open-R1's ``accuracy_reward`` (huggingface/open-r1, ``src/open_r1/rewards.py``) 
 Deliberate differences, each for a reason:
 
 * math-verify sees the final answer found by :mod:`~rlhf_ext.rewards.extraction` wrapped as
-  ``\\boxed{...}``, not the whole response. So "the last ``\\boxed{}``" counts (math-verify's
-  ``boxed="all"`` would join every boxed expression of the response into a set), and ``<answer>``
-  tags, "The answer is 42" and ``#### 42`` answers are graded (Open-R1 finds no answer in them).
+  ``\\boxed{...}``, not the whole response. So the boxes of the final answer count, as a set (the
+  last box and those just before it that only separators divide from it: ``\\boxed{2} and
+  \\boxed{5}``); math-verify's ``boxed="all"`` would join every boxed expression of the response,
+  an earlier try included. ``<answer>`` tags, "The answer is 42" and ``#### 42`` answers are graded
+  (Open-R1 finds no answer in them). With ``require_anchor=False`` (evaluation) a response without
+  any of these is graded on its last math expression, found by the extraction too (math-verify's
+  ``try_extract_without_anchor``, without its ``ExprExtractionConfig``).
 * Golds go through :func:`~rlhf_ext.rewards.extraction.prepare_gold` (GSM8K ``####``, a solution's
   last ``\\boxed{}``, JSON numbers) and are parsed as ``\\boxed{gold}``; Open-R1 expects LaTeX golds.
 * No ``ExprExtractionConfig`` anywhere: it runs sympy's ``parse_expr`` (an ``eval``) on the matched
   text. LaTeX extraction goes through latex2sympy's ANTLR parser, which evaluates nothing.
 * Both the answer and the gold go through
   :func:`~rlhf_ext.rewards.extraction.latex_for_math_verify` first, for spellings math-verify
-  misreads: ``1\\,000`` / ``1{,}000`` / ``1~000`` (read as products: ``1\\,000`` equals 0 and not
+  misreads (also ``1 000``, a unit after a lone number ``7.5 m^2``; and a decimal comma ``2,74`` is
+  tried as 2.74 and as the pair math-verify reads, :func:`~rlhf_ext.rewards.extraction.answer_readings`): ``1\\,000`` / ``1{,}000`` / ``1~000`` (read as products: ``1\\,000`` equals 0 and not
   1000) become ``1000``, and unbraced operator arguments get braces as TeX reads them
   (``\\frac12``, ``2\\sqrt3``, ``\\frac{\\sqrt3}{2}``: Open-R1's ``malformed_operators=False``
   answer normalization never matches them; math-verify's own ``malformed_operators=True`` fix
