@@ -218,6 +218,8 @@ NO_ANCHOR = [
     ("So the roots are $2$ and $5$.", "5", False),
     ("We find \\(\\sqrt{2}\\).", "\\sqrt{2}", True),
     ("We find \\[\\dfrac{1}{2}\\]", "0.5", True),
+    ("The whole expression approaches 4/3.", "\\frac{4}{3}", True),     # a fraction in prose
+    ("The whole expression approaches 4/3.", "\\frac{3}{4}", False),
 ]
 
 
@@ -237,6 +239,7 @@ def test_the_fallback_only_applies_without_an_anchor():
     assert ours(text, "4", require_anchor=False)["correct"] is True
     assert ours(text, "5", require_anchor=False)["correct"] is False
     assert find_answer_candidate("it is odd", require_anchor=False) is None   # no math at all
+    assert find_last_expression("So the angle is $\\tan 46^\\circ.$") == "\\tan 46^\\circ"  # a full stop is not math
     assert find_last_expression("costs \\$5 and \\$6 here") == "6"          # escaped dollars are not math
     assert find_last_expression("$\\begin{pmatrix}1\\\\2\\end{pmatrix}$") == "\\begin{pmatrix}1\\\\2\\end{pmatrix}"
 

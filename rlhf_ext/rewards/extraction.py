@@ -336,7 +336,7 @@ def find_answer_candidate(text: str, require_anchor: bool = True) -> Optional[An
 _MATH_DELIM = re.compile(r"\\\\|\\\$|\$\$|\$|\\\(|\\\)|\\\[|\\\]")
 _CLOSES = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 # A number written as prose, not a digit inside LaTeX (``\\frac{1}{2}``, ``x^2``, ``a_1``).
-_LAST_NUMBER = re.compile(r"(?<![\w.\\{^_])[+-]?\d+(?:[.,]\d+)*(?![\w}^])")
+_LAST_NUMBER = re.compile(r"(?<![\w.\\{^_/])[+-]?\d+(?:[.,]\d+)*(?:\s*/\s*\d+(?:\.\d+)?)?(?![\w}^/])")
 _FALLBACK_TAIL = 4 * MAX_ANSWER_CHARS
 
 
@@ -360,28 +360,13 @@ def _math_spans(text: str) -> List[tuple]:
     return spans
 
 
-def _unclosed_math(text: str) -> int:
-    """Where a math span opens that never closes (a truncated ``$8-4= ...``), or ``len(text)``."""
-    open_tok, open_start = None, len(text)
-    for m in _MATH_DELIM.finditer(text):
-        tok = m.group()
-        if tok == "\\$" or tok == "\\\\":
-            continue
-        if open_tok is None:
-            if tok in _CLOSES:
-                open_tok, open_start = tok, m.start()
-        elif tok == _CLOSES[open_tok]:
-            open_tok, open_start = None, len(text)
-    return open_start
-
-
 def _math_items(text: str) -> List[tuple]:
-    """(start, end, math) of every math span of ``text`` and every number written outside them, in
-    order; numbers after a span that opens and never closes are broken math, not prose."""
-    spans = [sp for sp in _math_spans(text) if len(sp[2]) <= MAX_ANSWER_CHARS and not _EMPTY_BOX.fullmatch(sp[2])]
+    """(start, end, math) of every math span of ``text`` and every number (or fraction ``4/3``)
+    written outside them, in order. A span's closing punctuation (``$\\tan 46^\\circ.$``) is not math."""
+    spans = [(a, b, c.rstrip(".,;:").rstrip()) for a, b, c in _math_spans(text)]
+    spans = [sp for sp in spans if sp[2] and len(sp[2]) <= MAX_ANSWER_CHARS and not _EMPTY_BOX.fullmatch(sp[2])]
     items, pos = [], 0
-    end = _unclosed_math(text)
-    for span in spans + [(end, end, None)]:
+    for span in spans + [(len(text), len(text), None)]:
         items.extend((m.start(), m.end(), m.group()) for m in _LAST_NUMBER.finditer(text, pos, span[0]))
         if span[2] is not None:
             items.append(span)
