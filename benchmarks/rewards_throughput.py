@@ -603,6 +603,8 @@ def main(argv=None) -> int:
     misread_report = scored(misread)
     misread_report["thousands"] = scored([i for i in misread if "thousands" in touched[i]])
     misread_report["operators"] = scored([i for i in misread if "operators" in touched[i]])
+    for label in ("units", "decimal_comma"):  # issue 21's rewrites (the corpus has few such spellings)
+        misread_report[label] = scored([i for i in misread if label in touched[i]])
     misread_report["by_kind"] = {k: scored([i for i in misread if corpus[i][2] == k])
                                  for k in sorted({corpus[i][2] for i in misread})}
     misread_report["thousands_by_separator"] = {
@@ -712,7 +714,7 @@ def main(argv=None) -> int:
     print(f"samples with spellings math-verify misreads ({m['samples']}; answer or gold rewritten by the grader): "
           f"verdict right (vs the corpus's truth): math-verify {m['math_verify_right']}, grader {m['grader_right']}; "
           f"agreement {m['agreement']}/{m['samples']}")
-    for label in ("thousands", "operators"):
+    for label in ("thousands", "operators", "units", "decimal_comma"):
         x = m[label]
         print(f"  {label:10s} {x['samples']:4d} samples: math-verify right {x['math_verify_right']}, "
               f"grader right {x['grader_right']}")
