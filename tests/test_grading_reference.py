@@ -291,6 +291,18 @@ def test_hostile_text_is_scanned_in_bounded_time(hostile):
     assert time.perf_counter() - t0 < 2.0
 
 
+def test_a_final_answer_of_many_parts_stays_bounded():
+    from rlhf_ext.rewards.extraction import MAX_ANSWER_CHARS
+
+    many = " ".join("\\boxed{%d}" % i for i in range(5000))
+    raw = find_answer_candidate(many).raw
+    assert len(raw) <= MAX_ANSWER_CHARS and raw.count(",") == 31 and raw.endswith("4999")
+    prose = " and ".join(str(i) for i in range(5000))
+    assert find_last_expression(prose).count(",") == 31
+    assert find_answer_candidate("\\boxed{7}\\boxed{7}").raw == "7"     # the same box twice: one element
+    assert ours("\\boxed{7}\\boxed{8}", "8")["correct"] is False          # two different boxes: a set
+
+
 def test_require_anchor_is_checked_and_survives_pickling():
     with pytest.raises(ValueError, match="require_anchor"):
         MathGrader(require_anchor="no")

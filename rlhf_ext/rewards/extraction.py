@@ -171,18 +171,33 @@ def find_final_boxes(text: str) -> List[str]:
     boxes = _complete_boxes(text)
     if not boxes:
         return []
-    group = [boxes[-1]]
-    for box in reversed(boxes[:-1]):
-        gap = text[box[1] : group[0][0]]
-        if len(gap) > _MAX_BOX_GAP or not _BOX_GAP.fullmatch(gap):
+    return [content for _, _, content in _final_group(text, boxes)]
+
+
+# One final answer has at most this many parts (boxes, or math items in the fallback).
+_MAX_PARTS = 32
+
+
+def _final_group(text: str, items: List[tuple]) -> List[tuple]:
+    """The last of ``items`` ((start, end, content), in order) and those just before it that only
+    separators divide from it, at most ``_MAX_PARTS`` and ``MAX_ANSWER_CHARS`` in all."""
+    group = [items[-1]]
+    size = len(items[-1][2])
+    for item in reversed(items[:-1]):
+        gap = text[item[1] : group[-1][0]]
+        size += len(item[2]) + 2
+        if len(group) >= _MAX_PARTS or size > MAX_ANSWER_CHARS or len(gap) > _MAX_BOX_GAP \
+                or not _BOX_GAP.fullmatch(gap):
             break
-        group.insert(0, box)
-    return [content for _, _, content in group]
+        group.append(item)
+    group.reverse()
+    return group
 
 
 def _join_boxes(contents: List[str]) -> str:
-    """Several boxes as one answer: the set of their contents (``2, 5``), as math-verify reads it."""
-    return ", ".join(c.strip() for c in contents)
+    """Several boxes as one answer: the set of their contents (``2, 5``), as math-verify reads it; a
+    content written twice (``\\boxed{7}\\boxed{7}``) is one element."""
+    return ", ".join(dict.fromkeys(c.strip() for c in contents))
 
 
 def _last_answer_tag(text: str) -> Optional[str]:
@@ -380,12 +395,7 @@ def _last_math_group(text: str) -> Optional[tuple]:
     items = _math_items(text)
     if not items:
         return None
-    group = [items[-1]]
-    for item in reversed(items[:-1]):
-        gap = text[item[1] : group[0][0]]
-        if len(gap) > _MAX_BOX_GAP or not _BOX_GAP.fullmatch(gap):
-            break
-        group.insert(0, item)
+    group = _final_group(text, items)
     return _join_boxes([g[2] for g in group]), group[-1][1]
 
 
