@@ -421,7 +421,7 @@ def find_last_expression(text: str) -> Optional[str]:
 # "2\,3" (a product) are left alone.
 # A plain space groups digits too (``1 000 000``, the SI spelling): math-verify reads it as a product.
 _GROUP_SEP = r"(?:\\[,!;:> ]|\\thinspace(?![A-Za-z])\s*|~|\{,\}| )"
-_DIGIT_GROUPS = re.compile(r"(?<![\d.^_])([1-9]\d{0,2})((?:" + _GROUP_SEP + r"\d{3})+)(?![\d.,])")
+_DIGIT_GROUPS = re.compile(r"(?<![\d.^_])([1-9]\d{0,2})((?:" + _GROUP_SEP + r"\d{3})+)(?!\d)")
 _GROUP_SEP_RE = re.compile(_GROUP_SEP)
 # Operators whose arguments TeX takes one token at a time when they are not braced.
 _BRACED_OPERATOR = re.compile(r"\\(?:[dtc]?frac|[dt]?binom|sqrt)(?![A-Za-z])")
