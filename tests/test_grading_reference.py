@@ -160,6 +160,11 @@ def test_spelling_helpers_are_narrow():
     assert strip_number_unit("7.5 m^2") == "7.5" and strip_number_unit("12 €") == "12"
     assert strip_number_unit("x m") == "x m" and strip_number_unit("7.5m") == "7.5m"
     assert strip_number_unit("5 apples") == "5 apples"
+    from rlhf_ext.rewards.extraction import join_digit_groups
+
+    assert join_digit_groups("1 000 000") == "1000000" and join_digit_groups("1 000.5") == "1000.5"
+    assert join_digit_groups("1 000, 2 000") == "1000, 2000"
+    assert join_digit_groups("12 34") == "12 34" and join_digit_groups("x^2 345") == "x^2 345"
 
 
 def test_a_decimal_comma_is_also_read_as_a_pair():
