@@ -405,3 +405,31 @@ def test_data_sample_flag():
     assert args.require_anchor is None
     args = parser.parse_args(["sample", "--model", "m", "--data", "d.jsonl", "--output", "o", "--require-anchor"])
     assert args.require_anchor is True
+
+
+def test_compare_notes_runs_graded_two_ways(tmp_path):
+    import json
+
+    from rlhf_ext.evalkit.report import compare_runs, render_compare_markdown
+
+    def run(path, require_anchor):
+        path.mkdir()
+        config = {"suite": "t", "tasks": ["t"], "n_samples": 1, "status": "complete",
+                  "datasets": {"t": {"problem_ids": ["p"], "sha256": "s" * 64}},
+                  "generation": {"model": "m", "template": "r1", "temperature": 0.6, "top_p": 0.95,
+                                 "max_tokens": 8, "seed": 0}, "statistics": {"bootstrap_resamples": 100}}
+        if require_anchor is not None:
+            config["grading"] = {"require_anchor": require_anchor}
+        (path / "config.json").write_text(json.dumps(config))
+        record = {"task": "t", "problem_id": "p", "sample_index": 0, "correct": True, "extracted": "1",
+                  "truncated": False, "response_tokens": 3, "gold_parsed": True, "grade_timeout": False,
+                  "grade_error": None}
+        (path / "samples.jsonl").write_text(json.dumps(record) + "\n")
+        return path
+
+    old, new, new2 = run(tmp_path / "old", None), run(tmp_path / "new", False), run(tmp_path / "new2", False)
+    result = compare_runs([old, new, new2], resamples=100)
+    assert result["comparisons"][0]["grading_differs"] == {"baseline_require_anchor": True,
+                                                           "run_require_anchor": False}
+    assert "grading_differs" not in compare_runs([new, new2], resamples=100)["comparisons"][0]
+    assert "part of the difference is the grading" in render_compare_markdown(result)

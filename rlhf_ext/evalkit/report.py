@@ -245,6 +245,11 @@ def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0,
     for name, cfg, recs in loaded[1:]:
         grouped = _group(recs, cfg)
         comparison = {"run": name, "tasks": {}}
+        # runs from before the option were graded with the anchor required
+        modes = (bool(base_cfg.get("grading", {}).get("require_anchor", True)),
+                 bool(cfg.get("grading", {}).get("require_anchor", True)))
+        if modes[0] != modes[1]:  # the scores are still paired, but part of a difference is the grading
+            comparison["grading_differs"] = {"baseline_require_anchor": modes[0], "run_require_anchor": modes[1]}
         shared = [t for t in base_cfg["tasks"] if t in cfg["tasks"]]
         if not shared:
             raise RunDirError(f"{name} and {base_name} share no task "
@@ -310,4 +315,11 @@ def render_compare_markdown(result: dict) -> str:
                 lines.append(f"| {comp['run']} | {task} | {entry['problems']} | {metric} | {100 * m['baseline']:.1f} | "
                              f"{100 * m['run']:.1f} | {100 * m['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
                              f"{verdict} |")
+    for comp in result["comparisons"]:
+        differs = comp.get("grading_differs")
+        if differs:
+            lines += ["", f"**Note**: {comp['run']} was graded with require_anchor={differs['run_require_anchor']}, "
+                      f"the baseline with require_anchor={differs['baseline_require_anchor']}: answers without "
+                      "an anchor count in one and not the other, so part of the difference is the grading "
+                      "(docs/evalkit.md, `--require-anchor`)."]
     return "\n".join(lines) + "\n"
