@@ -58,6 +58,10 @@ def add_data_commands(subparsers) -> None:
                    help="disable graph capture (default: on for CPU only)")
     p.add_argument("--max-model-len", type=_positive, help="override the model's context length")
     p.add_argument("--grader-workers", type=_positive, help="grading processes (default min(CPUs, 8))")
+    p.add_argument("--require-anchor", action=argparse.BooleanOptionalAction, default=None,
+                   help="grade only answers stated with an anchor (\\boxed{}, 'the answer is', <answer>, ####), as "
+                        "the training reward does; default off (as evalkit): a response without one is graded on "
+                        "its last math expression. A resumed directory keeps its own setting")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(data_handler=_run_sample)
 
@@ -142,7 +146,7 @@ def _sample(args, sample) -> None:
            max_tokens=args.max_tokens, seed=args.seed, tp=args.tp, dp=args.dp, limit=args.limit,
            ray_address=args.ray_address, gpu_memory_utilization=args.gpu_memory_utilization,
            enforce_eager=args.enforce_eager, max_model_len=args.max_model_len, grader_workers=args.grader_workers,
-           progress=not args.no_progress, log=lambda m: print(m, flush=True))
+           require_anchor=args.require_anchor, progress=not args.no_progress, log=lambda m: print(m, flush=True))
 
 
 def _run_filter(args) -> int:

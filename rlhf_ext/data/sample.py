@@ -35,9 +35,15 @@ def sample(*, model: str, data: Path, output: Path, name: Optional[str] = None, 
            limit: Optional[int] = None, ray_address: Optional[str] = None,
            gpu_memory_utilization: Optional[float] = None, enforce_eager: Optional[bool] = None,
            max_model_len: Optional[int] = None, dtype: str = "auto", grader_workers: Optional[int] = None,
-           grade_timeout: float = 5.0, progress: bool = True, log: Callable[[str], None] = print) -> dict:
+           grade_timeout: float = 5.0, require_anchor: Optional[bool] = None, progress: bool = True,
+           log: Callable[[str], None] = print) -> dict:
     """Sample and grade; write ``output`` (an evalkit run directory plus ``prompts.jsonl``); return
-    ``{"prompts", "samples", "accuracy", "truncated", "incomplete"}``."""
+    ``{"prompts", "samples", "accuracy", "truncated", "incomplete"}``.
+
+    ``require_anchor``: as :class:`~rlhf_ext.rewards.MathGrader`'s; None takes a resumed directory's
+    own setting, else False (evalkit's default: an answer without an anchor is graded on the
+    response's last math expression). True grades as the training reward does, which is the choice
+    when the pass rates are to pick prompts for that reward."""
     from rlhf_ext.evalkit.records import write_text_atomic
     from rlhf_ext.evalkit.runner import RunOptions, run_eval
 
@@ -47,12 +53,17 @@ def sample(*, model: str, data: Path, output: Path, name: Optional[str] = None, 
     if output.exists() and not output.is_dir():
         raise DataToolError(f"--output {output} is a file; it must be a (new or resumable) sample directory")
     name = name or default_task_name(data)
+    if require_anchor is None:
+        config = output / "config.json"
+        # a directory sampled before the option existed was graded with the anchor required
+        require_anchor = bool(_read_json(config).get("grading", {}).get("require_anchor", True)) \
+            if config.exists() else False
     options = RunOptions(
         suite=name, model=model, output=output, n_samples=n_samples, temperature=temperature, top_p=top_p,
         max_tokens=max_tokens, template=template, system_prompt=system_prompt, seed=seed, tp=tp, dp=dp,
         limit=limit, data=[str(data)], ray_address=ray_address, gpu_memory_utilization=gpu_memory_utilization,
         enforce_eager=enforce_eager, max_model_len=max_model_len, dtype=dtype, grader_workers=grader_workers,
-        grade_timeout=grade_timeout, progress=progress,
+        grade_timeout=grade_timeout, require_anchor=require_anchor, progress=progress,
         custom_task={"name": name, "problem_key": problem_key, "answer_key": answer_key, "id_key": id_key},
     )
     run_eval(options, log=log)
@@ -76,3 +87,13 @@ def sample(*, model: str, data: Path, output: Path, name: Optional[str] = None, 
         log(line)
     log(f"  per-prompt table: {output / PROMPTS_FILE}")
     return result
+
+
+def _read_json(path: Path) -> dict:
+    from rlhf_ext.evalkit.records import read_json
+
+    try:
+        value = read_json(path)
+    except Exception as exc:
+        raise DataToolError(f"cannot read {path}: {exc}") from None
+    return value if isinstance(value, dict) else {}

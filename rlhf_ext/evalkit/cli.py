@@ -77,6 +77,11 @@ def _run_parser(name: str, help_text: str) -> argparse.ArgumentParser:
     g.add_argument("--grader-workers", type=int, help="grading processes (default min(CPUs, 8))")
     g.add_argument("--grade-timeout", type=float, default=5.0, help="seconds per sample before grading gives up "
                                                                     "(scored wrong; default 5)")
+    g.add_argument("--require-anchor", action=argparse.BooleanOptionalAction, default=None,
+                   help="grade only answers stated with an anchor (\\boxed{}, 'the answer is', <answer>, ####), as "
+                        "rlhf_ext's rewards do; default off: a response without one is graded on its last math "
+                        "expression, as lighteval / math-verify (and published AIME / MATH-500 numbers) do. A "
+                        "resumed run keeps its own setting")
     g.add_argument("--bootstrap-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--verbose", action="store_true", help="keep vLLM's INFO logging")
@@ -92,6 +97,7 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
     from .runner import RunOptions
 
     values = {k: getattr(args, k) for k in _RESUMABLE}
+    require_anchor = args.require_anchor
     data = list(args.data)
     if args.resume:
         if args.output is None:
@@ -119,6 +125,8 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
         for key in _RESUMABLE:
             if values[key] is None and stored.get(key) is not None:
                 values[key] = stored[key]
+        if require_anchor is None:  # runs from before the option were graded with the anchor required
+            require_anchor = bool(cfg.get("grading", {}).get("require_anchor", True))
         if not data and custom is not None:
             data = [d["source"] for d in cfg.get("datasets", {}).values()]
         elif not data:
@@ -137,7 +145,8 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
             values[key] = default
     return RunOptions(suite=suite, output=args.output, data=data, resume=args.resume, ray_address=args.ray_address,
                       trust_remote_code=args.trust_remote_code, grader_workers=args.grader_workers,
-                      grade_timeout=args.grade_timeout, bootstrap_resamples=args.bootstrap_resamples,
+                      grade_timeout=args.grade_timeout, require_anchor=bool(require_anchor),
+                      bootstrap_resamples=args.bootstrap_resamples,
                       progress=not args.no_progress, custom_task=custom, **values)
 
 

@@ -142,6 +142,8 @@ def summarize(records_: Sequence[dict], config: dict, equivalence: Optional[Answ
         "sampling": {"temperature": gen["temperature"], "top_p": gen["top_p"], "max_tokens": gen["max_tokens"],
                      "seed": gen["seed"]},
         "n_samples": n_samples,
+        # runs from before the option were graded with the anchor required
+        "require_anchor": bool(config.get("grading", {}).get("require_anchor", True)),
         "complete": all(t["missing_samples"] == 0 for t in tasks.values()),
         "confidence": 0.95,
         "bootstrap_resamples": resamples,
@@ -165,6 +167,11 @@ def render_markdown(summary: dict) -> str:
         f"template `{summary['template']}`, temperature {s['temperature']}, top_p {s['top_p']}, "
         f"max_tokens {s['max_tokens']}, seed {s['seed']}, n = {n} samples per problem. "
         f"Scores in %, with bootstrap 95% intervals over problems ({summary['bootstrap_resamples']} resamples).",
+        "",
+        "Answers: " + ("only those stated with an anchor (\\boxed{}, 'the answer is', <answer>, ####) are graded, "
+                       "as the rewards do." if summary.get("require_anchor", True) else
+                       "without an anchor, the response's last math expression is graded, as lighteval and "
+                       "math-verify do for published numbers."),
         "",
     ]
     if not summary["complete"]:
@@ -238,6 +245,11 @@ def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0,
     for name, cfg, recs in loaded[1:]:
         grouped = _group(recs, cfg)
         comparison = {"run": name, "tasks": {}}
+        # runs from before the option were graded with the anchor required
+        modes = (bool(base_cfg.get("grading", {}).get("require_anchor", True)),
+                 bool(cfg.get("grading", {}).get("require_anchor", True)))
+        if modes[0] != modes[1]:  # the scores are still paired, but part of a difference is the grading
+            comparison["grading_differs"] = {"baseline_require_anchor": modes[0], "run_require_anchor": modes[1]}
         shared = [t for t in base_cfg["tasks"] if t in cfg["tasks"]]
         if not shared:
             raise RunDirError(f"{name} and {base_name} share no task "
@@ -303,4 +315,11 @@ def render_compare_markdown(result: dict) -> str:
                 lines.append(f"| {comp['run']} | {task} | {entry['problems']} | {metric} | {100 * m['baseline']:.1f} | "
                              f"{100 * m['run']:.1f} | {100 * m['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
                              f"{verdict} |")
+    for comp in result["comparisons"]:
+        differs = comp.get("grading_differs")
+        if differs:
+            lines += ["", f"**Note**: {comp['run']} was graded with require_anchor={differs['run_require_anchor']}, "
+                      f"the baseline with require_anchor={differs['baseline_require_anchor']}: answers without "
+                      "an anchor count in one and not the other, so part of the difference is the grading "
+                      "(docs/evalkit.md, `--require-anchor`)."]
     return "\n".join(lines) + "\n"

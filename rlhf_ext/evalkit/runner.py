@@ -61,6 +61,9 @@ class RunOptions:
     trust_remote_code: bool = False
     grader_workers: Optional[int] = None
     grade_timeout: float = 5.0
+    # False: an answer without an anchor (\boxed{}, "the answer is", ...) is graded on the response's
+    # last math expression, as lighteval / math-verify grade published numbers; True: as the rewards.
+    require_anchor: bool = False
     bootstrap_resamples: int = 2000
     progress: bool = True
     # A task over any JSONL (``evalkit run``): {"name", "problem_key", "answer_key", "id_key"}; its
@@ -238,6 +241,12 @@ def _check_existing(run: PreparedRun, existing: list[dict]) -> None:
     if stored.get("suite") != run.options.suite:
         raise RunDirError(f"{run.output} holds a {stored.get('suite')!r} run, not {run.options.suite!r}; "
                           "choose another --output")
+    # a run written before the option existed was graded with the anchor required
+    stored_anchor = stored.get("grading", {}).get("require_anchor", True)
+    if existing and stored_anchor != run.options.require_anchor:
+        flag = "--require-anchor" if stored_anchor else "--no-require-anchor"
+        raise RunDirError(f"{run.output} was graded with require_anchor={stored_anchor}; refusing to mix verdicts "
+                          f"graded two ways: resume it with {flag}, or use another --output")
     diffs = generation_mismatch(stored.get("generation", {}), run.generation)
     if diffs:
         raise RunDirError(f"{run.output} was generated with different parameters; refusing to mix samples:\n  "
@@ -263,7 +272,7 @@ def _config(run: PreparedRun, status: str, started: float, devices: Optional[dic
                    "enforce_eager": o.enforce_eager,
                    "max_model_len": o.max_model_len, "dtype": o.dtype, "trust_remote_code": o.trust_remote_code},
         "grading": {"grader": "rlhf_ext.rewards.MathGrader", "timeout_s": o.grade_timeout,
-                    "workers": o.grader_workers},
+                    "workers": o.grader_workers, "require_anchor": o.require_anchor},
         "statistics": {"bootstrap_resamples": o.bootstrap_resamples, "bootstrap_seed": 0, "confidence": 0.95},
         "devices": devices,
         "versions": package_versions(),
@@ -455,7 +464,8 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
     else:
         from rlhf_ext.rewards import MathGrader
 
-        with MathGrader(timeout=o.grade_timeout, workers=o.grader_workers) as summary_grader:
+        with MathGrader(timeout=o.grade_timeout, workers=o.grader_workers,
+                        require_anchor=o.require_anchor) as summary_grader:
             summary = summarize(all_records, config, AnswerEquivalence(summary_grader))
     write_json_atomic(run.output / records.SUMMARY_JSON, summary)
     records.write_text_atomic(run.output / records.SUMMARY_MD, render_markdown(summary))
@@ -475,7 +485,7 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
     progress = None
     own_grader = grader is None
     if own_grader:
-        grader = MathGrader(timeout=o.grade_timeout, workers=o.grader_workers)
+        grader = MathGrader(timeout=o.grade_timeout, workers=o.grader_workers, require_anchor=o.require_anchor)
     engine = None
     inflight: list = []
 

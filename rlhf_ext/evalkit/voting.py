@@ -42,9 +42,10 @@ def answer_as_written(record: dict) -> Optional[str]:
         return None
     response = record.get("response")
     if isinstance(response, str):
-        candidate = find_answer_candidate(response)
-        if candidate is not None and (normalize_answer(candidate.raw) or None) == key:
-            return candidate.raw
+        for require_anchor in (True, False):  # the key may come from the fallback without an anchor
+            candidate = find_answer_candidate(response, require_anchor=require_anchor)
+            if candidate is not None and (normalize_answer(candidate.raw) or None) == key:
+                return candidate.raw
     return str(key)
 
 

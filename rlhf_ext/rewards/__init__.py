@@ -26,8 +26,8 @@ entry point group. docs/rewards.md has the details.
 Importing this package does not import torch or start any process.
 """
 
-from .extraction import (AnswerCandidate, extract_answer, find_answer_candidate, latex_for_math_verify, normalize_answer,
-                         prepare_gold)
+from .extraction import (AnswerCandidate, extract_answer, find_answer_candidate, find_final_boxes, find_last_expression,
+                         latex_for_math_verify, normalize_answer, prepare_gold)
 from .grader import GradeResult, MathGrader, cgroup_cpu_limit, default_grader, default_workers
 from .registry import (
     ENTRY_POINT_GROUP,
@@ -72,6 +72,8 @@ __all__ = [
     "cgroup_cpu_limit",
     "extract_answer",
     "find_answer_candidate",
+    "find_final_boxes",
+    "find_last_expression",
     "normalize_answer",
     "latex_for_math_verify",
     "prepare_gold",

@@ -1,7 +1,8 @@
 """The grader's worker process: reads samples from a pipe, grades them with math-verify, writes verdicts.
 
 Started by :class:`~rlhf_ext.rewards.grader.MathGrader` as
-``python -c "from rlhf_ext.rewards._worker import main; main()" REQ_FD RES_FD PARENT_PID MEMORY_MB [--test-slow-parse]``
+``python -c "from rlhf_ext.rewards._worker import main; main()" REQ_FD RES_FD PARENT_PID MEMORY_MB
+[--test-slow-parse] [--no-require-anchor]``
 (a fresh interpreter, not a fork: the parent may be a Ray actor or hold threads, and
 multiprocessing's spawn/forkserver would re-import the parent's ``__main__``, e.g. all of OpenRLHF,
 in every worker).
@@ -15,7 +16,8 @@ when the parent goes away (pipe EOF, PR_SET_PDEATHSIG, or a watchdog thread as a
 
 ``--test-slow-parse`` (``MathGrader(test_slow_parse=True)``, tests only): a response containing
 ``<<slow:SECONDS>>`` sleeps that long after its gold is parsed, where its answer would be parsed,
-standing in for a slow or hostile answer.
+standing in for a slow or hostile answer. ``--no-require-anchor`` (``MathGrader(require_anchor=False)``):
+a response without an anchor is graded on its last math expression.
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ def slow_parse(response: str) -> None:
         time.sleep(float(mark.group(1)))
 
 
-def serve(requests: Connection, replies: Connection, test_slow_parse: bool = False) -> None:
+def serve(requests: Connection, replies: Connection, test_slow_parse: bool = False,
+          require_anchor: bool = True) -> None:
     """Grade samples until the request pipe closes."""
     import logging
 
@@ -121,12 +124,12 @@ def serve(requests: Connection, replies: Connection, test_slow_parse: bool = Fal
             return
         for task_id, response, gold_text in batch:
             if not _grade_one(grade_response, task_id, response, gold_text, replies, gold_cache, verdict_cache,
-                              test_slow_parse):
+                              test_slow_parse, require_anchor):
                 return
 
 
 def _grade_one(grade_response, task_id, response, gold_text, replies, gold_cache, verdict_cache,
-               test_slow_parse) -> bool:
+               test_slow_parse, require_anchor=True) -> bool:
     """Grade one sample and send its verdict; False when the parent is gone."""
 
     def gold_done():
@@ -134,7 +137,8 @@ def _grade_one(grade_response, task_id, response, gold_text, replies, gold_cache
 
     try:
         out = grade_response(response, gold_text, gold_cache, on_gold_parsed=gold_done,
-                             verdict_cache=verdict_cache, before_answer=slow_parse if test_slow_parse else None)
+                             verdict_cache=verdict_cache, before_answer=slow_parse if test_slow_parse else None,
+                             require_anchor=require_anchor)
         reply = [task_id, out["correct"], out["extracted"], out["gold_parsed"], None]
     except MemoryError:
         reply = [task_id, False, None, False, "MemoryError: the sample exceeded the worker's memory limit"]
@@ -160,4 +164,5 @@ def main(argv=None) -> None:
     import math_verify  # noqa: F401  -- imported before the memory limit: it maps large shared libraries
 
     _limit_memory(memory_mb)
-    serve(requests, replies, test_slow_parse="--test-slow-parse" in argv[4:])
+    serve(requests, replies, test_slow_parse="--test-slow-parse" in argv[4:],
+          require_anchor="--no-require-anchor" not in argv[4:])

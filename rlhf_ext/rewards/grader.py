@@ -226,6 +226,11 @@ class MathGrader:
     ``spare_workers``: extra idle processes kept warm to replace a killed worker at once.
     ``memory_limit_mb``: address-space limit of each worker (a hostile ``10^{10^{10}}`` then fails
     with MemoryError instead of eating the node's memory); 0 disables it.
+    ``require_anchor``: True (the default, for rewards) grades only an answer the response states
+    with an anchor (``\\boxed{}``, ``<answer>``, "the answer is", ``####``), as Open-R1's accuracy
+    reward does, which rewards the format too. False (evaluation) falls back, when there is no
+    anchor, to the response's last math expression or number, as lighteval and math-verify do
+    (``try_extract_without_anchor``) and as published AIME / MATH-500 numbers are produced.
 
     Thread-safe; usable as a context manager; pickles as its configuration (a copy starts its own
     pool). Future callbacks (``submit(...).add_done_callback``) run on the grader's dispatcher
@@ -237,7 +242,7 @@ class MathGrader:
     """
 
     def __init__(self, timeout: float = 5.0, workers: Optional[int] = None, *, spare_workers: int = 1,
-                 memory_limit_mb: int = 4096, test_slow_parse: bool = False):
+                 memory_limit_mb: int = 4096, require_anchor: bool = True, test_slow_parse: bool = False):
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
                 or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -247,6 +252,8 @@ class MathGrader:
             raise ValueError(f"spare_workers must be a non-negative integer, got {spare_workers!r}")
         if isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, int) or memory_limit_mb < 0:
             raise ValueError(f"memory_limit_mb must be a non-negative integer (0 = no limit), got {memory_limit_mb!r}")
+        if not isinstance(require_anchor, bool):
+            raise ValueError(f"require_anchor must be True or False, got {require_anchor!r}")
         if memory_limit_mb and memory_limit_mb < 512:
             raise ValueError(f"memory_limit_mb={memory_limit_mb} is too small for Python with sympy (use >= 512)")
         self.timeout = float(timeout)
@@ -256,6 +263,7 @@ class MathGrader:
         self.workers = workers if workers is not None else default_workers()
         self.spare_workers = spare_workers
         self.memory_limit_mb = memory_limit_mb
+        self.require_anchor = require_anchor
         self.test_slow_parse = bool(test_slow_parse)
         self._stall_after = self.timeout + _STALL_MARGIN_S
         self._init_state()
@@ -290,7 +298,8 @@ class MathGrader:
 
     def __getstate__(self):
         return {"timeout": self.timeout, "workers": self.workers, "spare_workers": self.spare_workers,
-                "memory_limit_mb": self.memory_limit_mb, "test_slow_parse": self.test_slow_parse}
+                "memory_limit_mb": self.memory_limit_mb, "require_anchor": self.require_anchor,
+                "test_slow_parse": self.test_slow_parse}
 
     def __setstate__(self, state):
         self.__init__(**state)
@@ -303,7 +312,12 @@ class MathGrader:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._thread else "not started")
-        return f"MathGrader(timeout={self.timeout}, workers={self.workers}, {state})"
+        return (f"MathGrader(timeout={self.timeout}, workers={self.workers}, require_anchor={self.require_anchor}, "
+                f"{state})")
+
+    def _extract(self, response) -> Optional[str]:
+        """The vote key of a response answered without a worker (an error, a timeout), by this grader's rules."""
+        return _safe_extract(response, self.require_anchor)
 
     # --- public API ----------------------------------------------------------------------------
 
@@ -443,7 +457,7 @@ class MathGrader:
             self._stats["errors"] += len(immediate)
         for fut, response, why in immediate:
             fut.set_running_or_notify_cancel()
-            fut.set_result(GradeResult(False, _safe_extract(response), False, False, why))
+            fut.set_result(GradeResult(False, self._extract(response), False, False, why))
         return futures
 
     def _ensure_thread(self) -> None:  # caller holds self._lock
@@ -553,6 +567,8 @@ class MathGrader:
         argv = [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(res_w), str(os.getpid()), str(self.memory_limit_mb)]
         if self.test_slow_parse:
             argv.append("--test-slow-parse")
+        if not self.require_anchor:
+            argv.append("--no-require-anchor")
         try:
             proc = subprocess.Popen(argv, pass_fds=(req_r, res_w), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, env=env)
@@ -626,7 +642,7 @@ class MathGrader:
                 task.started = True
             bad = self._bad_golds.get(task.gold_text)
             if bad is not None:
-                self._resolve(task, GradeResult(False, _safe_extract(task.response), False, False, bad))
+                self._resolve(task, GradeResult(False, self._extract(task.response), False, False, bad))
                 continue
             plan.setdefault(worker, []).append(task)
             planned_bytes[worker] = planned_bytes.get(worker, 0) + len(task.payload)
@@ -788,7 +804,7 @@ class MathGrader:
                     self._remember_bad_gold(task.gold_text, f"parsing the gold timed out after {self.timeout:g}s")
                 if not task.future.done():
                     self._stats["timeouts"] += 1
-                self._resolve(task, GradeResult(False, _safe_extract(task.response), gold_phase_done, True,
+                self._resolve(task, GradeResult(False, self._extract(task.response), gold_phase_done, True,
                                                 f"timed out after {self.timeout:g}s"))
             elif not worker.ready and now >= worker.started + _START_TIMEOUT_S:
                 logger.warning("rlhf_ext grader worker %s did not start within %ss; replacing it",
@@ -866,7 +882,7 @@ class MathGrader:
                 self._broken = (f"grader workers exit before they are ready (exit code {code}); run "
                                 f"`{sys.executable} -c \"import math_verify\"` to see why")
         if task is not None:
-            self._resolve(task, GradeResult(False, _safe_extract(task.response), gold_done, False,
+            self._resolve(task, GradeResult(False, self._extract(task.response), gold_done, False,
                                             f"grader worker exited unexpectedly (exit code {code})"))
 
     def _remove(self, worker: _Worker, reason: str) -> None:
@@ -934,7 +950,7 @@ class MathGrader:
                     self._pending.pop(task.id, None)
             elif task.started or task.future.set_running_or_notify_cancel():
                 task.started = True
-                self._resolve(task, GradeResult(False, _safe_extract(task.response), False, False, why))
+                self._resolve(task, GradeResult(False, self._extract(task.response), False, False, why))
             else:  # cancelled by the caller
                 with self._lock:
                     self._pending.pop(task.id, None)
@@ -968,9 +984,9 @@ def _kill(worker: _Worker) -> None:
         logger.warning("rlhf_ext grader worker %s did not exit after SIGKILL", worker.proc.pid)
 
 
-def _safe_extract(response) -> Optional[str]:
+def _safe_extract(response, require_anchor: bool = True) -> Optional[str]:
     try:
-        return extract_answer(response) if isinstance(response, str) else None
+        return extract_answer(response, require_anchor=require_anchor) if isinstance(response, str) else None
     except Exception:
         return None
 

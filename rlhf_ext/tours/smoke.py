@@ -283,9 +283,13 @@ TASK_NAME = "tiny_arith"  # the tiny task's name in evalkit's records and report
 
 def evaluate(model: Path, data: Path, output: Path, *, n_samples: int, max_tokens: int, seed: int,
              timeout: float = 900) -> dict:
-    """``evalkit`` on the tiny task's eval file (chat template, temperature 1); returns summary.json."""
+    """``evalkit`` on the tiny task's eval file (chat template, temperature 1); returns summary.json.
+
+    Graded with ``--require-anchor``, as the training reward grades: the before/after scores are then
+    the reward's accuracy on held-out problems (evalkit's default would also grade a digit in an
+    unanchored, half-trained answer)."""
     cmd = [sys.executable, "-m", "rlhf_ext.evalkit", "run", "--name", TASK_NAME, "--model", str(model),
-           "--data", str(data),
+           "--data", str(data), "--require-anchor",
            "--template", "chat", "--n-samples", str(n_samples), "--temperature", "1.0", "--top-p", "1.0",
            "--max-tokens", str(max_tokens), "--seed", str(seed), "--output", str(output), "--no-progress"]
     subprocess.run(cmd, check=True, timeout=timeout, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
