@@ -289,8 +289,17 @@ def summarize(run_dir: os.PathLike) -> str:
         inc = json.loads((run_dir / INCIDENT).read_text())
         lines.append(
             f"  incident.json: step {inc.get('step')}, micro-batch {inc.get('micro_batch')}, tensor {inc.get('tensor')}, "
-            f"last good checkpoint {inc.get('last_good_checkpoint')}"
+            f"rank {inc.get('rank')}, last good checkpoint {inc.get('last_good_checkpoint')}"
         )
+        origin = inc.get("origin")
+        where = origin if isinstance(origin, dict) else inc
+        if "nan_count" in where:
+            what = f"from {origin.get('name')}: " if isinstance(origin, dict) else ""
+            loss = f" (policy loss {inc['policy_loss_type']})" if inc.get("policy_loss_type") and origin else ""
+            lines.append(
+                f"    {what}{where.get('nan_count')} NaN and {where.get('inf_count')} Inf value(s), first at index "
+                f"{tuple(where['first_index']) if where.get('first_index') is not None else '-'}{loss}"
+            )
     return "\n".join(lines)
 
 

@@ -245,6 +245,12 @@ def incident_rows(runs: Sequence[RunRecord]) -> List[Tuple[str, int, str, str]]:
                 if inc:
                     if inc.get("micro_batch") is not None:
                         detail += f", micro-batch {inc['micro_batch']}"
+                    origin = inc.get("origin")
+                    if isinstance(origin, dict) and origin.get("name"):
+                        detail += (f", from {origin['name']} ({origin.get('nan_count')} NaN, {origin.get('inf_count')} Inf"
+                                   f", first at {tuple(origin.get('first_index') or ())})")
+                        if inc.get("policy_loss_type"):
+                            detail += f" of policy loss {inc['policy_loss_type']}"
                     if inc.get("sample_indices"):
                         detail += f", {len(inc['sample_indices'])} sample(s)"
                     detail += f"; last good checkpoint: {inc.get('last_good_checkpoint') or 'none'}"
