@@ -280,6 +280,11 @@ def summarize(run_dir: os.PathLike) -> str:
                 f"  guard incident at step {ev.get('step')}: tensor {ev.get('tensor')} (rank {ev.get('rank')}, "
                 f"mode {ev.get('mode')})"
             )
+        elif ev.get("event") == "nonfinite_input":
+            lines.append(
+                f"  non-finite input at step {ev.get('step')}: {ev.get('check')} in {ev.get('where')} "
+                f"({ev.get('nan_count')} NaN, {ev.get('inf_count')} Inf), left to the guard"
+            )
         elif ev.get("event") == "mismatch_warning":
             lines.append(f"  mismatch warning at step {ev.get('step')}: {ev.get('message', ev.get('metric'))}")
     ckpts = [ev for ev in events if ev.get("event") == "checkpoint"]

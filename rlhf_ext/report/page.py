@@ -255,6 +255,10 @@ def incident_rows(runs: Sequence[RunRecord]) -> List[Tuple[str, int, str, str]]:
                         detail += f", {len(inc['sample_indices'])} sample(s)"
                     detail += f"; last good checkpoint: {inc.get('last_good_checkpoint') or 'none'}"
                 rows.append((run.name, step, "guard incident", detail))
+            elif kind == "nonfinite_input":
+                rows.append((run.name, step, "non-finite input",
+                             f"{e.get('check', '?')} in {e.get('where', '?')}: {e.get('nan_count')} NaN, "
+                             f"{e.get('inf_count')} Inf, first at {tuple(e.get('first_index') or ())}; left to the guard"))
             elif kind == "mismatch_warning":
                 value, threshold = e.get("value"), e.get("threshold")
                 detail = f"{e.get('metric', '?')} = {format_value(value)} (threshold {format_value(threshold)})"
