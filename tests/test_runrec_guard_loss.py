@@ -383,11 +383,6 @@ def test_two_ranks_nan_on_one_rank_only_stops_both(plugin_path, tmp_path):
     assert "(first met by the input check of per_token_loss)" in results[1]["stop"]
 
 
-def test_two_ranks_nan_on_both(plugin_path, tmp_path):
-    outs, results = _run(plugin_path, tmp_path / "w", "stop", world=2, nan_ranks="0,1")
-    _assert_stopped_at_step2(tmp_path / "w", outs, results, rank=0)  # the lowest failing rank records
-
-
 def test_warn_records_the_incident_and_goes_on(plugin_path, tmp_path):
     work = tmp_path / "w"
     outs, results = _run(plugin_path, work, "warn", steps=3)

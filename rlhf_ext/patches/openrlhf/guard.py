@@ -194,6 +194,7 @@ class _MicroBatch:
         self.entropy = None
         self.policy_loss = None
         self.findings: List[Dict[str, Any]] = []  # what the deferred input checks met in this micro-batch
+        self.checked_findings = 0  # how many of them the check before backward saw
         self.skipped = False
         self.skipped_steps = None
 
@@ -259,6 +260,7 @@ class Guard:
             "loss": bad_rows(loss),
             "input_check": torch.tensor([bool(mb.findings)]),
         }
+        mb.checked_findings = len(mb.findings)
         masks = {"advantages": mask, "entropy": mask}
         values = {"advantages": getattr(exp, "advantages", None), "log_ratio": ratio, "policy_loss": mb.policy_loss,
                   "entropy": entropy, "loss": loss}  # fmt: skip
@@ -475,6 +477,12 @@ def make_training_step(original, module=None):
             _active.mb = None
             for h in handles:
                 h.remove()
+        late = mb.findings[mb.checked_findings:]
+        if late:
+            # met after the check before backward (a metric of the step): nothing to stop, but not silent
+            first = late[0]
+            run_record.add_event("nonfinite_input", None, where="training_step", check=first["name"],
+                                 **{k: v for k, v in first.items() if k != "name"})  # fmt: skip
         metrics = status.get("metrics") if isinstance(status, dict) else None
         if metrics is not None and "actor_grad_norm" in metrics:
             norm = metrics["actor_grad_norm"]
