@@ -194,7 +194,8 @@ def test_finite_checks_raise_on_direct_calls_and_defer_inside_the_guard():
 
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
     per_token = torch.tensor([[0.5, float("nan"), float("inf"), float("nan")], [1.0, float("nan"), 2.0, 3.0]])
-    with pytest.raises(ValueError, match=r"per_token_loss contains 2 NaN and 1 Inf value\(s\) \(first at index \(0, 1\)\)"):
+    message = r"per_token_loss contains 2 NaN and 1 Inf value\(s\) \(first at index \(0, 1\)\)"
+    with pytest.raises(ValueError, match=message):
         aggregate_loss(per_token, mask, "token-mean")
     with deferred_finite_checks() as findings:
         loss = aggregate_loss(per_token, mask, "token-mean")

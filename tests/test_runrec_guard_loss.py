@@ -236,7 +236,8 @@ def plugin_path(tmp_path_factory):
 
 
 def _env(plugin_path, **extra):
-    path = os.pathsep.join([str(ROOT), str(plugin_path)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    extra_path = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    path = os.pathsep.join([str(ROOT), str(plugin_path)] + extra_path)
     return dict(os.environ, PYTHONPATH=path, **{k: str(v) for k, v in extra.items()})
 
 
@@ -298,7 +299,7 @@ def _assert_stopped_at_step2(work, outs, results, *, rank):
     # no optimizer step after the checkpoint: the weights at the stop are the checkpoint's
     saved = torch.load(ckpt1 / "weights.pt")["theta"]
     for r, res in enumerate(results):
-        assert res["stop"] and f"non-finite policy_loss" in res["stop"] and "at step 2" in res["stop"], res
+        assert res["stop"] and "non-finite policy_loss" in res["stop"] and "at step 2" in res["stop"], res
         assert res["theta"] == saved.tolist(), f"rank {r} stepped after the checkpoint"
         assert len(res["losses"]) == 1
     assert saved.abs().sum() > 0  # step 1 did update: the comparison above could fail
@@ -344,7 +345,8 @@ def test_registered_loss_nan_stops_the_run_with_the_guards_code_shown_by_runs_sh
     entry = {r["name"]: r for r in json.loads((tmp_path / "q" / "manifest.json").read_text())["runs"]}
     nanloss = entry["nanloss"]
     log = Path(nanloss["logs"][0]).read_text()
-    assert nanloss["status"] == "failed" and nanloss["failure"] == "guard" and nanloss["exit_code"] == GUARD_EXIT_CODE, log[-4000:]
+    assert nanloss["status"] == "failed" and nanloss["failure"] == "guard", log[-4000:]
+    assert nanloss["exit_code"] == GUARD_EXIT_CODE
     assert nanloss["reason"].startswith("command 1 was stopped by the non-finite guard (exit code 3): "
                                         "non-finite policy_loss (from per_token_loss) at step 2, rank 0")
     assert entry["after"]["status"] == "pending"

@@ -247,8 +247,8 @@ def incident_rows(runs: Sequence[RunRecord]) -> List[Tuple[str, int, str, str]]:
                         detail += f", micro-batch {inc['micro_batch']}"
                     origin = inc.get("origin")
                     if isinstance(origin, dict) and origin.get("name"):
-                        detail += (f", from {origin['name']} ({origin.get('nan_count')} NaN, {origin.get('inf_count')} Inf"
-                                   f", first at {tuple(origin.get('first_index') or ())})")
+                        detail += (f", from {origin['name']} ({origin.get('nan_count')} NaN, "
+                                   f"{origin.get('inf_count')} Inf, first at {tuple(origin.get('first_index') or ())})")
                         if inc.get("policy_loss_type"):
                             detail += f" of policy loss {inc['policy_loss_type']}"
                     if inc.get("sample_indices"):
@@ -258,7 +258,8 @@ def incident_rows(runs: Sequence[RunRecord]) -> List[Tuple[str, int, str, str]]:
             elif kind == "nonfinite_input":
                 rows.append((run.name, step, "non-finite input",
                              f"{e.get('check', '?')} in {e.get('where', '?')}: {e.get('nan_count')} NaN, "
-                             f"{e.get('inf_count')} Inf, first at {tuple(e.get('first_index') or ())}; left to the guard"))
+                             f"{e.get('inf_count')} Inf, first at {tuple(e.get('first_index') or ())}; "
+                             "left to the guard"))
             elif kind == "mismatch_warning":
                 value, threshold = e.get("value"), e.get("threshold")
                 detail = f"{e.get('metric', '?')} = {format_value(value)} (threshold {format_value(threshold)})"
