@@ -353,9 +353,11 @@ def test_registered_loss_nan_stops_the_run_with_the_guards_code_shown_by_runs_sh
     result = json.loads((work / "result-rank0.json").read_text())
     run, incident = _assert_stopped_at_step2(work, [(nanloss["exit_code"], log)], [result], rank=0)
 
-    capsys.readouterr()
-    queue_status(tmp_path / "q")
-    line = next(x for x in capsys.readouterr().out.splitlines() if " nanloss " in x)
+    import io
+
+    shown = io.StringIO()
+    queue_status(tmp_path / "q", out=shown)
+    line = next(x for x in shown.getvalue().splitlines() if " nanloss " in x)
     assert "failed (guard)" in line and " 3 " in line
 
     assert cli_main(["runs", "show", str(run)]) == 0
