@@ -280,6 +280,11 @@ def summarize(run_dir: os.PathLike) -> str:
                 f"  guard incident at step {ev.get('step')}: tensor {ev.get('tensor')} (rank {ev.get('rank')}, "
                 f"mode {ev.get('mode')})"
             )
+        elif ev.get("event") == "nonfinite_input":
+            lines.append(
+                f"  non-finite input at step {ev.get('step')}: {ev.get('check')} in {ev.get('where')} "
+                f"({ev.get('nan_count')} NaN, {ev.get('inf_count')} Inf), left to the guard"
+            )
         elif ev.get("event") == "mismatch_warning":
             lines.append(f"  mismatch warning at step {ev.get('step')}: {ev.get('message', ev.get('metric'))}")
     ckpts = [ev for ev in events if ev.get("event") == "checkpoint"]
@@ -289,8 +294,17 @@ def summarize(run_dir: os.PathLike) -> str:
         inc = json.loads((run_dir / INCIDENT).read_text())
         lines.append(
             f"  incident.json: step {inc.get('step')}, micro-batch {inc.get('micro_batch')}, tensor {inc.get('tensor')}, "
-            f"last good checkpoint {inc.get('last_good_checkpoint')}"
+            f"rank {inc.get('rank')}, last good checkpoint {inc.get('last_good_checkpoint')}"
         )
+        origin = inc.get("origin")
+        where = origin if isinstance(origin, dict) else inc
+        if "nan_count" in where:
+            what = f"from {origin.get('name')}: " if isinstance(origin, dict) else ""
+            loss = f" (policy loss {inc['policy_loss_type']})" if inc.get("policy_loss_type") and origin else ""
+            lines.append(
+                f"    {what}{where.get('nan_count')} NaN and {where.get('inf_count')} Inf value(s), first at index "
+                f"{tuple(where['first_index']) if where.get('first_index') is not None else '-'}{loss}"
+            )
     return "\n".join(lines)
 
 

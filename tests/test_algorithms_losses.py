@@ -185,3 +185,35 @@ def test_losses_bad_input(name):
         fn(x, T([[0.0, float("-inf"), 0.0], [0.0, 0.0, 0.0]]), x, torch.ones(2, 3))
     with pytest.raises(ValueError, match="eps_low"):
         fn(x, x, x, torch.ones(2, 3), eps_low=1.5)
+
+
+def test_finite_checks_raise_on_direct_calls_and_defer_inside_the_guard():
+    """Direct calls raise the check's ValueError; under ``deferred_finite_checks`` (what the guarded training
+    step uses) the NaN flows into the result and the finding is recorded; shape errors still raise."""
+    from rlhf_ext.algorithms import deferred_finite_checks
+
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    per_token = torch.tensor([[0.5, float("nan"), float("inf"), float("nan")], [1.0, float("nan"), 2.0, 3.0]])
+    message = r"per_token_loss contains 2 NaN and 1 Inf value\(s\) \(first at index \(0, 1\)\)"
+    with pytest.raises(ValueError, match=message):
+        aggregate_loss(per_token, mask, "token-mean")
+    with deferred_finite_checks() as findings:
+        loss = aggregate_loss(per_token, mask, "token-mean")
+        with pytest.raises(ValueError, match="shape mismatch"):
+            aggregate_loss(per_token[:, :3], mask)
+        with deferred_finite_checks() as inner:  # a nested block collects its own
+            adv = torch.ones(2, 4)
+            adv[1, 0] = float("nan")
+            lp = torch.zeros(2, 4)
+            ppo(lp, lp, adv, mask)
+        from rlhf_ext.algorithms import maxrl
+
+        with pytest.raises(ValueError, match="needs binary"):  # a finite non-binary score is still an error
+            maxrl(torch.tensor([[0.5, 1.0]]))
+        assert maxrl(torch.tensor([[float("nan"), 1.0]])).shape == (1, 2)  # NaN: the finite check's finding
+    assert math.isnan(float(loss))
+    assert findings[0] == {"name": "per_token_loss", "nan_count": 2, "inf_count": 1, "first_index": [0, 1]}
+    assert findings[1]["name"] == "maxrl: scores" and len(findings) == 2
+    assert inner == [{"name": "advantages", "nan_count": 1, "inf_count": 0, "first_index": [1, 0]}]
+    with pytest.raises(ValueError, match="per_token_loss contains"):  # and outside again it raises
+        aggregate_loss(per_token, mask, "token-mean")

@@ -231,3 +231,27 @@ def test_openrlhf_estimators_are_bit_identical(em, Experience, name, kl_coef):
         assert torch.equal(a.returns, b.returns)
         assert torch.equal(a.rewards, b.rewards)
         assert set(a.info) - set(b.info) == {"zero_variance_group_frac"}
+
+
+@pytest.mark.parametrize("name", ["grpo", "maxrl"])  # registered estimators (OpenRLHF's own have no input checks)
+def test_nan_reward_goes_to_the_guard_not_a_value_error(em, Experience, name):
+    """Guard on: a NaN reward gives NaN advantages for the actor's guard and a ``nonfinite_input`` event;
+    guard off: the input check's ValueError, as before."""
+    from rlhf_ext.patches.openrlhf import run_record
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0] * 3)
+    rewards[5] = float("nan")
+    maker = make_maker(em, name, 4)
+    with pytest.raises(ValueError, match=r"contains 1 NaN and 0 Inf"):
+        maker.compute_advantages_and_returns(make_batch(Experience, rewards)[0])
+    maker.strategy.args.rlhf_ext = SimpleNamespace(guard="stop")
+    run_record._take_events()
+    experiences = maker.compute_advantages_and_returns(make_batch(Experience, rewards)[0])
+    # exactly sample 5's advantages are non-finite (maxrl alone would zero its group: the guard must see it)
+    bad = {i for e in experiences for i, row, m in zip(e.index, e.advantages, e.action_mask)
+           if not torch.isfinite(row[m.bool()]).all()}
+    assert bad == {5} if name == "maxrl" else 5 in bad
+    (event,) = run_record._take_events()
+    assert event["event"] == "nonfinite_input" and event["where"] == "advantages" and event["estimator"] == name
+    assert event["check"].endswith("scores") and event["nan_count"] == 1 and event["inf_count"] == 0
+    assert event["first_index"] == [1, 1]  # sample 5 is prompt 1's second sample

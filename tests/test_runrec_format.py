@@ -131,6 +131,31 @@ def test_runs_show_cli(tmp_path, capsys):
     assert "is not a directory" in capsys.readouterr().err
 
 
+def test_runs_show_and_report_name_a_nonfinite_input(tmp_path):
+    """A NaN reward under the guard: the estimator's deferred check (``nonfinite_input``), then the stop on
+    the advantages it made non-finite."""
+    from rlhf_ext.report import collect, incident_rows
+
+    run = _write_run(tmp_path, [runs.event_record("start", 0),
+                                runs.event_record("nonfinite_input", 2, where="advantages", estimator="maxrl",
+                                                  check="maxrl: scores", nan_count=1, inf_count=0,
+                                                  first_index=[1, 1]),
+                                runs.event_record("guard_incident", 2, tensor="advantages", rank=0, mode="stop",
+                                                  incident="incident.json"),
+                                runs.event_record("end", 2, status="stopped_by_guard", exit_code=3)])  # fmt: skip
+    runs.write_json_atomic(run / runs.INCIDENT, {"step": 2, "micro_batch": 1, "tensor": "advantages", "rank": 0,
+                                                 "nan_count": 3, "inf_count": 0, "first_index": [0, 0],
+                                                 "last_good_checkpoint": None})  # fmt: skip
+    text = runs.summarize(run)
+    assert "non-finite input at step 2: maxrl: scores in advantages (1 NaN, 0 Inf), left to the guard" in text
+    assert "incident.json: step 2, micro-batch 1, tensor advantages, rank 0" in text
+    assert "    3 NaN and 0 Inf value(s), first at index (0, 0)" in text
+    rows = incident_rows(collect([run], resamples=20).runs)
+    assert ("non-finite input" in [r[2] for r in rows]) and ("guard incident" in [r[2] for r in rows])
+    detail = next(r[3] for r in rows if r[2] == "non-finite input")
+    assert detail == "maxrl: scores in advantages: 1 NaN, 0 Inf, first at (1, 1); left to the guard"
+
+
 def test_tensorboard_export_matches_live_names(tmp_path, capsys):
     from torch.utils.tensorboard import SummaryWriter
 

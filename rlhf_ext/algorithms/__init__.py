@@ -34,6 +34,7 @@ from .kl import k1, k2, k3, kl_estimate
 from .dapo import overlong_penalty, zero_variance_groups
 from .preference import nll_loss, simpo_loss, simpo_objective
 from .mismatch import MISMATCH_METRICS, mismatch_stats
+from .checks import deferred_finite_checks
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -77,4 +78,5 @@ __all__ = [
     "nll_loss",
     "MISMATCH_METRICS",
     "mismatch_stats",
+    "deferred_finite_checks",
 ]

@@ -2,13 +2,41 @@
 
 A silent NaN in an advantage or a loss corrupts a whole training run without a trace, so every
 public function validates what it is given before computing.
+
+Inside a run guarded by the non-finite guard (``--rlhf_ext.guard stop|warn``) the finiteness
+checks must not pre-empt it: the guard writes the incident record and stops with its own exit
+code, which a ``ValueError`` from deep inside the loss would turn into a plain crash. The guard
+runs the training step under :func:`deferred_finite_checks`; there :func:`check_finite` records
+what it found (name, counts, first index) instead of raising, the NaN flows on into the loss
+the guard inspects, and the guard names the first finding in its incident. Direct calls, and
+runs with ``--rlhf_ext.guard off``, still raise.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+import threading
+from typing import Dict, Iterator, List, Optional
 
 import torch
+
+_deferral = threading.local()
+
+
+@contextlib.contextmanager
+def deferred_finite_checks() -> Iterator[List[Dict[str, object]]]:
+    """Within the block, :func:`check_finite` appends its findings to the yielded list instead of raising.
+
+    Each finding: ``{"name", "nan_count", "inf_count", "first_index"}``. Only the NaN/Inf checks are
+    deferred; shape, type and empty-input checks still raise. Nested blocks each collect their own.
+    """
+    findings: List[Dict[str, object]] = []
+    outer = getattr(_deferral, "findings", None)
+    _deferral.findings = findings
+    try:
+        yield findings
+    finally:
+        _deferral.findings = outer
 
 
 def as_float_tensor(x, name: str) -> torch.Tensor:
@@ -33,6 +61,10 @@ def check_finite(x: torch.Tensor, name: str, mask: Optional[torch.Tensor] = None
         n_nan = int((torch.isnan(x) & bad).sum())
         n_inf = int(bad.sum()) - n_nan
         where = tuple(int(i) for i in bad.nonzero()[0])
+        findings = getattr(_deferral, "findings", None)
+        if findings is not None:
+            findings.append({"name": name, "nan_count": n_nan, "inf_count": n_inf, "first_index": list(where)})
+            return
         raise ValueError(
             f"{name} contains {n_nan} NaN and {n_inf} Inf value(s) (first at index {where})"
         )
@@ -59,6 +91,8 @@ def check_scores(scores, *, min_group_size: int = 1, estimator: str = "estimator
 
 def check_binary(scores: torch.Tensor, estimator: str) -> None:
     ok = (scores == 0) | (scores == 1)
+    if getattr(_deferral, "findings", None) is not None:
+        ok = ok | ~torch.isfinite(scores)  # a NaN/Inf is check_finite's finding, left to the guard
     if not bool(ok.all()):
         bad = scores[~ok]
         raise ValueError(

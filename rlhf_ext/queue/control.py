@@ -33,11 +33,13 @@ def status(output, out: TextIO = sys.stdout) -> int:
     print(f"snapshot: rlhf_ext {snap['versions'].get('rlhf_ext')}, code sha256 {snap['code']['sha256'][:12]}, "
           f"git {str(git.get('commit'))[:12]}{' (dirty)' if git.get('dirty') else ''}", file=out)
     width = max([3] + [len(r["name"]) for r in d["runs"]])
-    print(f"{'#':>2}  {'run':<{width}}  {'status':<11}  {'exit':>6}  {'time':>8}  reason", file=out)
+    print(f"{'#':>2}  {'run':<{width}}  {'status':<14}  {'exit':>6}  {'time':>8}  reason", file=out)
     for i, r in enumerate(d["runs"], 1):
         code = r["exit_code"] if r["exit_code"] is not None else (r["signal"] or "-")
         note = " ".join(x for x in (r["reason"], f"(attempt {r['attempt']})" if r["attempt"] > 1 else None) if x)
-        line = f"{i:>2}  {r['name']:<{width}}  {r['status']:<11}  {str(code):>6}  {_duration(r):>8}  {note}"
+        # a guard stop is a failure of the run, not a crash: its weights up to the last checkpoint are good
+        shown = f"{r['status']} (guard)" if r.get("failure") == "guard" and r["status"] == "failed" else r["status"]
+        line = f"{i:>2}  {r['name']:<{width}}  {shown:<14}  {str(code):>6}  {_duration(r):>8}  {note}"
         print(line.rstrip(), file=out)
     return 0
 

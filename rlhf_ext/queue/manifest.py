@@ -72,6 +72,7 @@ def new_run_entry(name: str, *, commands: List[List[str]], expect: Dict[str, Lis
         "name": name,
         "status": PENDING,
         "reason": None,
+        "failure": None,  # "guard" when the non-finite guard stopped the run (its record says so)
         "attempt": 0,
         "commands": commands,
         "command_index": None,

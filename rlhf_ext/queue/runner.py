@@ -338,8 +338,32 @@ class Runner:
                 result["error"] = f"Ray job {submission_id} ended {status}"
         return result
 
+    def _guard_incident(self, entry: Dict, exit_code: Optional[int]) -> Optional[str]:
+        """A short description of the guard's incident when the run's record says the guard stopped it
+        (end event ``stopped_by_guard`` with this exit code, and ``incident.json``), else None. The exit
+        code alone is not enough: any command may exit with 3."""
+        from rlhf_ext import runs
+
+        record = entry.get("record_dir")
+        if not record or exit_code is None:
+            return None
+        path = Path(record)
+        if not path.is_absolute():
+            path = Path(self.m.data["cwd"]) / path
+        try:
+            status, code = runs.run_status(runs.read_jsonl(path / runs.EVENTS))
+            inc = json.loads((path / runs.INCIDENT).read_text())
+        except (OSError, ValueError):
+            return None
+        if status != "stopped_by_guard" or code != exit_code or not isinstance(inc, dict):
+            return None
+        origin = inc.get("origin") if isinstance(inc.get("origin"), dict) else {}
+        source = f" (from {origin['name']})" if origin.get("name") else ""
+        return (f"non-finite {inc.get('tensor')}{source} at step {inc.get('step')}, rank {inc.get('rank')}; "
+                f"see {path / runs.INCIDENT}")
+
     def execute(self, entry: Dict) -> str:
-        entry.update(status=RUNNING, reason=None, attempt=entry["attempt"] + 1, started_at=time.time(),
+        entry.update(status=RUNNING, reason=None, failure=None, attempt=entry["attempt"] + 1, started_at=time.time(),
                      ended_at=None, exit_code=None, signal=None, logs=[], missing=[], command_index=None)
         self.m.data["status"] = "running"
         self.m.save()
@@ -361,7 +385,11 @@ class Runner:
                 why = res.get("error") or (f"command {index + 1} exited with code {res['exit_code']}"
                                            if res["exit_code"] is not None
                                            else f"command {index + 1} was killed by {res['signal']}")
-                entry.update(status=FAILED, reason=why)
+                incident = None if res.get("error") else self._guard_incident(entry, res["exit_code"])
+                if incident:
+                    why = (f"command {index + 1} was stopped by the non-finite guard (exit code {res['exit_code']}): "
+                           f"{incident}")
+                entry.update(status=FAILED, reason=why, failure="guard" if incident else None)
                 self.m.save()
                 return FAILED
             self.m.save()
@@ -378,8 +406,8 @@ class Runner:
 
 def _archive_attempt(entry: Dict) -> None:
     """Keep a failed attempt: its manifest fields and its directory (renamed), so a retry overwrites nothing."""
-    kept = {k: entry.get(k) for k in ("attempt", "status", "reason", "started_at", "ended_at", "exit_code", "signal",
-                                      "logs", "missing", "pid", "ray_submission_id")}
+    kept = {k: entry.get(k) for k in ("attempt", "status", "reason", "failure", "started_at", "ended_at", "exit_code",
+                                      "signal", "logs", "missing", "pid", "ray_submission_id")}
     run_dir = Path(entry["run_dir"])
     if run_dir.exists():
         target = run_dir.with_name(f"{run_dir.name}.attempt{entry['attempt']}")

@@ -245,10 +245,21 @@ def incident_rows(runs: Sequence[RunRecord]) -> List[Tuple[str, int, str, str]]:
                 if inc:
                     if inc.get("micro_batch") is not None:
                         detail += f", micro-batch {inc['micro_batch']}"
+                    origin = inc.get("origin")
+                    if isinstance(origin, dict) and origin.get("name"):
+                        detail += (f", from {origin['name']} ({origin.get('nan_count')} NaN, "
+                                   f"{origin.get('inf_count')} Inf, first at {tuple(origin.get('first_index') or ())})")
+                        if inc.get("policy_loss_type"):
+                            detail += f" of policy loss {inc['policy_loss_type']}"
                     if inc.get("sample_indices"):
                         detail += f", {len(inc['sample_indices'])} sample(s)"
                     detail += f"; last good checkpoint: {inc.get('last_good_checkpoint') or 'none'}"
                 rows.append((run.name, step, "guard incident", detail))
+            elif kind == "nonfinite_input":
+                rows.append((run.name, step, "non-finite input",
+                             f"{e.get('check', '?')} in {e.get('where', '?')}: {e.get('nan_count')} NaN, "
+                             f"{e.get('inf_count')} Inf, first at {tuple(e.get('first_index') or ())}; "
+                             "left to the guard"))
             elif kind == "mismatch_warning":
                 value, threshold = e.get("value"), e.get("threshold")
                 detail = f"{e.get('metric', '?')} = {format_value(value)} (threshold {format_value(threshold)})"

@@ -15,6 +15,12 @@ OpenRLHF's own estimator names run OpenRLHF's method untouched. Any other name i
 
 Every estimator also logs ``zero_variance_group_frac``: the fraction of prompt groups whose
 rewards are all equal (DAPO's dynamic-sampling signal, :func:`rlhf_ext.algorithms.zero_variance_groups`).
+
+With the non-finite guard on (``--rlhf_ext.guard stop|warn``), a NaN/Inf reward or score does not
+end the run here with an input check's ``ValueError``: the method runs under
+:func:`rlhf_ext.algorithms.deferred_finite_checks`, the non-finite advantages go on to the actor,
+whose guard stops (or warns) on them before backward, and the first finding is recorded as a
+``nonfinite_input`` event (check name, counts, first index) in the run record.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import List, Tuple
 
 import torch
 
-from rlhf_ext.algorithms import get_advantage, whiten
+from rlhf_ext.algorithms import deferred_finite_checks, get_advantage, whiten
 
 from .config import (
     DISCOUNTED_ESTIMATORS,
@@ -89,6 +95,19 @@ def make_compute_advantages_and_returns(original, module):
 
     @functools.wraps(original)
     def compute_advantages_and_returns(self, experiences):
+        args = self.strategy.args
+        if setting(args, "rlhf_ext.guard", "off") == "off":
+            return _compute(self, experiences)
+        with deferred_finite_checks() as findings:
+            experiences = _compute(self, experiences)
+        if findings:
+            from .run_record import add_event
+
+            add_event("nonfinite_input", None, where="advantages", estimator=self.advantage_estimator,
+                      **{"check": findings[0]["name"], **{k: v for k, v in findings[0].items() if k != "name"}})
+        return experiences
+
+    def _compute(self, experiences):
         name = self.advantage_estimator
         args = self.strategy.args
         if name in OPENRLHF_ESTIMATORS:
@@ -165,6 +184,16 @@ def _registered_estimator(maker, experiences, name: str, module):
 
     if name in WHITENED_ESTIMATORS:
         _whiten_batch(experiences, no_std_norm=bool(setting(args, "algo.advantage.no_std_norm", False)))
+    if setting(args, "rlhf_ext.guard", "off") != "off":
+        # guarded (the input checks deferred): an estimator may hide a NaN score (maxrl zeroes a group
+        # whose mean is not > 0); the advantage of a sample without a finite score is undefined, and
+        # the guard must see it, naming that sample
+        bad = ~torch.isfinite(grouped)
+        if bool(bad.any()):
+            for experience, flags in zip(experiences, _ungroup(bad, indices, exp_len)):
+                if bool(flags.any()):
+                    experience.advantages = experience.advantages.clone()
+                    experience.advantages[flags] = float("nan")
     return experiences
 
 

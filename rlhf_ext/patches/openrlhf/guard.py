@@ -7,7 +7,11 @@ micro-batch of ``ActorPPOTrainer.training_step``:
 
 * before backward (patched ``DeepspeedStrategy.backward``): advantages, the largest |log-ratio|
   between the current and the rollout-time policy, the policy loss, the entropy (when OpenRLHF
-  computes it) and the total loss are finite;
+  computes it) and the total loss are finite, and no input check of :mod:`rlhf_ext.algorithms`
+  met a NaN/Inf in this micro-batch: the training step runs under
+  :func:`rlhf_ext.algorithms.deferred_finite_checks`, so a registered loss (or estimator, KL
+  term, ...) that produces a NaN does not end the run with the check's ``ValueError`` before the
+  guard sees it; the first such finding is the incident's ``origin``;
 * at the gradient-accumulation boundary, before ``DeepspeedStrategy.optimizer_step``: the
   gradients are finite, read without side effects (the fp32 accumulation buffers of DeepSpeed's
   bf16 / ZeRO optimizers and any ``param.grad``; never ``has_overflow()``, which resets ZeRO-3's
@@ -40,6 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from rlhf_ext import runs
+from rlhf_ext.algorithms import deferred_finite_checks
 
 from . import run_record
 from .config import setting
@@ -47,8 +52,9 @@ from .guard_stop import GUARD_EXIT_CODE, STOP_MARKER, GuardStop, is_guard_stop
 
 GUARD_MODES = ("stop", "warn", "off")
 POISON_ENV = "RLHF_EXT_TEST_POISON"
-CHECKED_TENSORS = ("advantages", "log_ratio", "policy_loss", "entropy", "loss")
-"""Checked before backward, in this order; the first non-finite one names the incident."""
+CHECKED_TENSORS = ("advantages", "log_ratio", "policy_loss", "entropy", "loss", "input_check")
+"""Checked before backward, in this order; the first non-finite one names the incident. ``input_check``:
+an input check of :mod:`rlhf_ext.algorithms` found a NaN/Inf that reached none of the others."""
 
 
 def guard_mode(args) -> str:
@@ -96,6 +102,19 @@ def bad_rows(t: Optional[torch.Tensor], mask: Optional[torch.Tensor] = None) -> 
     if t.dim() == 0:
         return ~finite.reshape(1)
     return ~finite.reshape(t.shape[0], -1).all(dim=1)
+
+
+def nonfinite_stats(t: Optional[torch.Tensor], mask: Optional[torch.Tensor] = None) -> Dict[str, Any]:
+    """NaN and Inf counts and the first non-finite index of ``t`` over its masked entries (for the incident)."""
+    if t is None:
+        return {}
+    t = t.detach()
+    bad = ~torch.isfinite(t)
+    if mask is not None and mask.shape == t.shape:
+        bad = bad & mask.bool()
+    n_nan = int((torch.isnan(t) & bad).sum())
+    first = [int(i) for i in bad.nonzero()[0]] if bool(bad.any()) else None
+    return {"nan_count": n_nan, "inf_count": int(bad.sum()) - n_nan, "first_index": first}
 
 
 def max_abs_log_ratio(log_probs, old_log_probs, mask) -> Optional[torch.Tensor]:
@@ -174,6 +193,8 @@ class _MicroBatch:
         self.log_probs = None
         self.entropy = None
         self.policy_loss = None
+        self.findings: List[Dict[str, Any]] = []  # what the deferred input checks met in this micro-batch
+        self.checked_findings = 0  # how many of them the check before backward saw
         self.skipped = False
         self.skipped_steps = None
 
@@ -237,7 +258,12 @@ class Guard:
             "policy_loss": bad_rows(mb.policy_loss),
             "entropy": bad_rows(entropy, mask),
             "loss": bad_rows(loss),
+            "input_check": torch.tensor([bool(mb.findings)]),
         }
+        mb.checked_findings = len(mb.findings)
+        masks = {"advantages": mask, "entropy": mask}
+        values = {"advantages": getattr(exp, "advantages", None), "log_ratio": ratio, "policy_loss": mb.policy_loss,
+                  "entropy": entropy, "loss": loss}  # fmt: skip
         if ratio is not None and ratio.numel():
             value = float(ratio.max())
             if math.isfinite(value):
@@ -248,7 +274,8 @@ class Guard:
         if bool(combined.any()):
             tensor = CHECKED_TENSORS[int(combined.nonzero()[0])]
             local = rows[tensor]
-            self._incident(mb, tensor, first_rank, local)
+            stats = nonfinite_stats(values.get(tensor), masks.get(tensor)) if tensor in values else {}
+            self._incident(mb, tensor, first_rank, local, stats)
         return loss
 
     def before_step(self, mb: _MicroBatch, engine) -> None:
@@ -262,7 +289,7 @@ class Guard:
         if bool(combined.any()):
             self._incident(mb, "grad", first_rank, None)
 
-    def _incident(self, mb: _MicroBatch, tensor: str, first_rank: int, local_rows) -> None:
+    def _incident(self, mb: _MicroBatch, tensor: str, first_rank: int, local_rows, stats=None) -> None:
         rank, _ = self._rank_world()
         step = self.train_calls
         self.incidents += 1
@@ -281,11 +308,22 @@ class Guard:
             "sample_indices": [index[i] if i < len(index) else i for i in rows],
             "prompts": [prompts[i] for i in rows if i < len(prompts)],
             "mode": self.mode,
+            **(stats or {}),
         }
+        loss_type = getattr(getattr(mb.trainer, "actor_loss_fn", None), "policy_loss_type", None)
+        if loss_type is not None:
+            detail["policy_loss_type"] = loss_type
+        if mb.findings:
+            # the first input check that met the NaN/Inf: names the producer's output (e.g. a registered
+            # loss's per_token_loss), with its own counts and index
+            detail["origin"] = dict(mb.findings[0])
+            if tensor == "input_check":
+                detail.update({k: mb.findings[0][k] for k in ("nan_count", "inf_count", "first_index")})
         if self.mode == "warn":
             if rank == max(first_rank, 0):
+                extra = {"origin": detail["origin"]["name"]} if "origin" in detail else {}
                 run_record.add_event("guard_incident", None, tensor=tensor, rank=detail["rank"], mode="warn",
-                                     micro_batch=mb.step)  # fmt: skip
+                                     micro_batch=mb.step, **extra)  # fmt: skip
             return
         # stop: the lowest failing rank writes the record (it has the samples); everyone stops
         path = run_record.run_dir(self.args)
@@ -297,8 +335,15 @@ class Guard:
             })  # fmt: skip
             Path(path).mkdir(parents=True, exist_ok=True)
             runs.write_json_atomic(Path(path) / runs.INCIDENT, detail)
+        if self._rank_world()[1] > 1:
+            # every rank got the same verdict and is here: wait for the record, so that the driver,
+            # which reads it when the first rank's GuardStop arrives, never finds it missing
+            import torch.distributed as dist
+
+            dist.barrier()
+        origin = f" (first met by the input check of {detail['origin']['name']})" if "origin" in detail else ""
         raise GuardStop(
-            f"{STOP_MARKER}: non-finite {tensor} at step {step}, micro-batch {mb.step}, rank {detail['rank']}; "
+            f"{STOP_MARKER}: non-finite {tensor}{origin} at step {step}, micro-batch {mb.step}, rank {detail['rank']}; "
             f"no optimizer step was taken (incident record: {path}/{runs.INCIDENT})"
         )
 
@@ -423,11 +468,21 @@ def make_training_step(original, module=None):
                 handles.append(loss_fn.register_forward_hook(on_loss))
         _active.mb = mb
         try:
-            status = original(self, experience, kl_ctl, step, loss_batch_info)
+            if guard.mode != "off":
+                with deferred_finite_checks() as mb.findings:
+                    status = original(self, experience, kl_ctl, step, loss_batch_info)
+            else:
+                status = original(self, experience, kl_ctl, step, loss_batch_info)
         finally:
             _active.mb = None
             for h in handles:
                 h.remove()
+        late = mb.findings[mb.checked_findings:]
+        if late:
+            # met after the check before backward (a metric of the step): nothing to stop, but not silent
+            first = late[0]
+            run_record.add_event("nonfinite_input", None, where="training_step", check=first["name"],
+                                 **{k: v for k, v in first.items() if k != "name"})  # fmt: skip
         metrics = status.get("metrics") if isinstance(status, dict) else None
         if metrics is not None and "actor_grad_norm" in metrics:
             norm = metrics["actor_grad_norm"]
@@ -460,5 +515,6 @@ def make_actor_ppo_train(original, module=None):
 
 __all__ = [
     "CHECKED_TENSORS", "GUARD_EXIT_CODE", "GUARD_MODES", "GuardStop", "POISON_ENV", "bad_rows", "grad_tensors",
-    "grads_nonfinite", "guard_mode", "is_guard_stop", "max_abs_log_ratio", "parse_poison", "weights_digest",
+    "grads_nonfinite", "guard_mode", "is_guard_stop", "max_abs_log_ratio", "nonfinite_stats", "parse_poison",
+    "weights_digest",
 ]  # fmt: skip
