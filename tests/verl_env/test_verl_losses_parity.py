@@ -246,9 +246,8 @@ def _trl_loss(loss_type, inputs, level="token", epsilon_low=0.2, epsilon_high=0.
     return loss.detach(), torch.autograd.grad(loss, lp)[0]
 
 
-def _ours(name, inputs, mode, through_verl=True, **options):
-    """rlhf_ext's loss reduced with ``mode``: through verl's dispatch when its options have verl keys,
-    else the framework function and aggregate_loss."""
+def _ours(name, inputs, mode, **options):
+    """rlhf_ext's framework function, reduced with ``mode`` by aggregate_loss."""
     old, new, adv, mask = inputs
     lp = new.clone().requires_grad_(True)
     per_token, _ = get_policy_loss(name)(lp, old, adv, mask, **options)
