@@ -287,6 +287,10 @@ def test_vespo_equals_trls_gradient_and_weights(ks):
                                         k_neg=k_neg, lambda_neg=lam_neg)
     _close(per_token, (-phi * adv) * mask)
     assert phi.std() > 0.05  # the weights differ between sequences
+    if ks == (2.0, 3.0, 3.0, 2.0):  # TRL's defaults, the ones verl's dispatch uses (verl has no keys for them)
+        _, v_grad, metrics = _run("rlhf_ext_vespo", old, new, adv, mask, "token-mean", _actor("rlhf_ext_vespo"))
+        _close(v_grad, ref_grad)
+        assert "actor/phi_mean" in metrics
 
 
 def test_sapo_equals_trls_value_and_gradient():
