@@ -179,3 +179,17 @@ def test_binary_estimator_on_shaped_reward_warns(parse, capfd):
     parse("--algo.advantage.estimator", "maxrl", "--rollout.n_samples_per_prompt", "4", "--reward.functions", "math",
           "--algo.advantage.input", "score")  # fmt: skip
     assert "needs 0/1 rewards" not in capfd.readouterr().err
+
+
+def test_new_losses_take_the_clip_flags_and_their_options(parse, capfd):
+    args = parse("--actor.policy_loss_type", "sapo", "--actor.policy_loss_option", "tau_neg=2.0")
+    assert args.actor.policy_loss_type == "sapo"
+    with pytest.raises(SystemExit):
+        parse("--actor.policy_loss_type", "sapo", "--actor.policy_loss_option", "tau_neg=0")
+    assert "--actor.policy_loss_type sapo: sapo: tau_neg must be a finite number > 0" in capfd.readouterr().err
+    with pytest.raises(SystemExit):  # --actor.eps_clip_low_high is DPPO's trust region: 0 is no region
+        parse("--actor.policy_loss_type", "dppo_tv", "--actor.eps_clip_low_high", "0", "0.2")
+    assert "dppo_tv: clip_ratio_low must be a finite number > 0" in capfd.readouterr().err
+    with pytest.raises(SystemExit):
+        parse("--actor.policy_loss_type", "vespo", "--actor.policy_loss_option", "k_pos=1")
+    assert "rejects the options ['k_pos']" in capfd.readouterr().err

@@ -245,3 +245,55 @@ def test_real_training_step_logs_clip_fractions_and_clipped_kl_loss(actor_module
     clamped, _ = kl_estimate(old, base, "k3", clip=(-0.01, 0.01))
     torch.testing.assert_close(metrics["kl"], aggregate_loss(clamped, mask, "token-mean"))
     assert trainer.actor.theta.grad is not None
+
+
+# ---- the losses named with verl's keys (rlhf_ext.algorithms.policy_losses_ratio) --------------
+
+RATIO_LOSSES = {
+    # name: (options from --actor.policy_loss_option, the options the flags give)
+    "cispo": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15)),
+    "sapo": ({"tau_pos": 1.3, "tau_neg": 2.0}, {}),
+    "gmpo": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15)),
+    "geo_mean": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15)),
+    "clip_cov": ({"clip_cov_ratio": 0.2, "clip_cov_lb": 0.05, "seed": 3}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15)),
+    "kl_cov": ({"kl_cov_ratio": 0.2, "ppo_kl_coef": 0.5}, {}),
+    "dppo_tv": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15, clip_ratio_c=3.0)),
+    "dppo_kl": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15, clip_ratio_c=3.0)),
+    "luspo": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15)),
+    "vespo": ({"vespo_k_pos": 1.0, "vespo_lambda_neg": 1.5}, {}),
+}
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("name", sorted(RATIO_LOSSES))
+def test_ratio_losses_in_openrlhfs_actor_every_mode(actor_module, name, mode):
+    options, from_flags = RATIO_LOSSES[name]
+    loss_fn = actor_module.PolicyLoss(clip_eps_low=0.1, clip_eps_high=0.15, dual_clip=3.0, policy_loss_type=name)
+    loss_fn.configure(mode, max_len=9, options=options)
+    new, old, adv, mask, _ = batch(seed=4, empty_row=True)
+    info = global_info(mask)
+    (loss, clip_ratio, ppo_kl, _, _), grad = run(loss_fn, new, old, adv, mask, info=info)
+    keep = mask.any(-1)
+    ref_new = new.detach().clone().requires_grad_()
+    per_token, metrics = get_policy_loss(name)(ref_new[keep], old[keep], adv[keep], mask[keep], **from_flags, **options)
+    expected = aggregate_loss(per_token, mask[keep], mode, num_tokens=info["batch_num_tokens"],
+                              num_seqs=info["global_batch_size"], max_len=9) * info["dp_size"]
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(grad, ref_new.grad)
+    assert grad.abs().sum() > 0 and torch.isfinite(grad).all()
+    assert set(loss_fn.last_metrics) == set(metrics)
+    torch.testing.assert_close(ppo_kl, metrics["ppo_kl"])
+    clip = sum((metrics[k] for k in ("clip_frac_low", "clip_frac_high") if k in metrics), torch.zeros(()))
+    torch.testing.assert_close(clip_ratio, clip)
+
+
+def test_flags_reach_the_ratio_losses_under_verls_names(actor_module):
+    from rlhf_ext.patches.openrlhf.policy_loss import loss_candidates
+
+    assert loss_candidates(0.1, 0.3, None) == dict(eps_low=0.1, eps_high=0.3, clip_ratio_low=0.1, clip_ratio_high=0.3)
+    assert loss_candidates(0.1, 0.3, 4.0)["clip_ratio_c"] == 4.0
+    loss_fn = actor_module.PolicyLoss(clip_eps_low=0.1, clip_eps_high=0.3, policy_loss_type="dppo_tv").configure("token-mean")
+    assert loss_fn._call_kwargs == dict(clip_ratio_low=0.1, clip_ratio_high=0.3)
+    loss_fn = actor_module.PolicyLoss(policy_loss_type="sapo").configure("token-mean", options={"tau_neg": 3.0})
+    assert loss_fn._call_kwargs == {"tau_neg": 3.0}

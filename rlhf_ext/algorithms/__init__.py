@@ -28,6 +28,7 @@ from .registry import (
 )
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
 from .policy_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
+from .policy_losses_ratio import cispo, clip_cov, dppo_kl, dppo_tv, gmpo, kl_cov, luspo, sapo, vespo
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import k1, k2, k3, kl_estimate
@@ -62,6 +63,15 @@ __all__ = [
     "gspo",
     "pg",
     "noclip",
+    "cispo",
+    "sapo",
+    "gmpo",
+    "clip_cov",
+    "kl_cov",
+    "dppo_tv",
+    "dppo_kl",
+    "luspo",
+    "vespo",
     "UpdateCounter",
     "has_signal",
     "zero_advantage_rows",

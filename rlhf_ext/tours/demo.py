@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     adv_tok = advantages["grpo"].reshape(-1, 1).expand(-1, max_len)
 
     print("\nPolicy losses on GRPO advantages (12 responses, lengths 1-8):")
-    print(f"  {'loss':<6}{'clip low':>10}{'clip high':>10}   " + "".join(f"{m:>26}" for m in LOSS_AGG_MODES))
+    print(f"  {'loss':<9}{'clip low':>10}{'clip high':>10}   " + "".join(f"{m:>26}" for m in LOSS_AGG_MODES))
     for name in available_policy_losses():
         opts = {"eps_low": 0.2, "eps_high": 0.28} if name == "ppo" else {}
         per_tok, metrics = get_policy_loss(name)(new, old, adv_tok, mask, **opts)
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         # losses without a clip (pg, noclip) report no clip fractions
         clips = "".join(f"{metrics[k].item():>10.3f}" if k in metrics else f"{'-':>10}"
                         for k in ("clip_frac_low", "clip_frac_high"))
-        print(f"  {name:<6}{clips}   " + "".join(f"{a:>26.4f}" for a in aggs))
+        print(f"  {name:<9}{clips}   " + "".join(f"{a:>26.4f}" for a in aggs))
 
     print("\nKL(pi || ref) per estimator, mean over tokens, clipped to [-0.2, 0.2]:")
     for name in available_kl_estimators():

@@ -118,3 +118,17 @@ def test_examples_compose_with_mindspeed_rl_s_recipe_and_pass_validation(name):
     assert config["rl_config"]["n_samples_per_prompt"] == 8  # the rest is MindSpeed-RL's grpo_qwen25_7b_A3
     rl = RLConfig(cfg.get("rl_config"))  # what the driver builds before ray.init, DictConfig included
     assert rl.adv_estimator == config["rl_config"]["adv_estimator"]
+
+
+def test_policy_loss_options_are_validated_and_travel():
+    cfg = rl_config(policy_loss_type="sapo", policy_loss_options={"tau_pos": 1.2, "tau_neg": 2.0})
+    assert cfg.kl_penalty.settings["policy_loss_options"] == {"tau_pos": 1.2, "tau_neg": 2.0}
+    assert rl_config(policy_loss_type="clip_cov").kl_penalty.settings == {"policy_loss_type": "clip_cov"}
+    with pytest.raises(ConfigError, match="'sapo' has no option 'tau'; it takes: tau_pos, tau_neg, log_ratio_clip"):
+        rl_config(policy_loss_type="sapo", policy_loss_options={"tau": 1.0})
+    with pytest.raises(ConfigError, match="policy_loss_options.clip_ratio_low: the clip range comes from"):
+        rl_config(policy_loss_type="cispo", policy_loss_options={"clip_ratio_low": 0.1})
+    with pytest.raises(ConfigError, match="needs rl_config.policy_loss_type"):
+        rl_config(policy_loss_options={"tau_pos": 1.0})
+    with pytest.raises(ConfigError, match="valid: ppo, gspo, cispo, clip_cov"):
+        rl_config(policy_loss_type="sapo2")

@@ -4,6 +4,7 @@
 log-probs under test, as MindSpeed-RL's own loss tests do; everything after it is the real code.
 """
 
+import inspect
 import math
 import pickle
 from unittest.mock import patch
@@ -165,3 +166,38 @@ def test_configured_name_pickles_with_its_settings():
     name = ConfiguredName("passk", {"adv_estimator_options": {"k": 4}})
     back = pickle.loads(pickle.dumps(name))
     assert back == "passk" and back.settings == {"adv_estimator_options": {"k": 4}} and hash(back) == hash("passk")
+
+
+# ---- the losses named with verl's keys, through the real GRPO/DAPO losses ---------------------
+
+RATIO_LOSSES = {
+    "cispo": {}, "sapo": {"tau_pos": 1.3, "tau_neg": 2.0}, "gmpo": {}, "geo_mean": {},
+    "clip_cov": {"clip_cov_ratio": 0.25, "clip_cov_lb": -1.0, "seed": 1}, "kl_cov": {"kl_cov_ratio": 0.3, "ppo_kl_coef": 0.5},
+    "dppo_tv": {"clip_ratio_c": 1.2}, "dppo_kl": {}, "luspo": {}, "vespo": {"vespo_k_neg": 2.0},
+}
+
+
+@pytest.mark.parametrize("stage", ["ray_grpo", "ray_dapo"])
+@pytest.mark.parametrize("name", sorted(RATIO_LOSSES))
+def test_ratio_losses_inside_mindspeed_rls_actor_loss(stage, name):
+    from rlhf_ext.algorithms import aggregate_loss, get_policy_loss
+
+    options = RATIO_LOSSES[name]
+    settings = {"policy_loss_type": name, "loss_agg_mode": "seq-mean-token-mean", "policy_loss_options": options}
+    info = meta(settings, clip_higher_enable=True, clip_ratio_low=0.1, clip_ratio_high=0.3)
+    lp = LOG_PROBS.clone().requires_grad_(True)
+    loss, stats = run(stage, info, log_probs=lp)
+    want_lp = LOG_PROBS.clone().requires_grad_(True)
+    mask = MASK.bool()
+    fn = get_policy_loss(name)
+    clip = {"clip_ratio_low": 0.1, "clip_ratio_high": 0.3} if "clip_ratio_low" in inspect.signature(fn).parameters else {}
+    per_token, metrics = fn(want_lp, torch.zeros(2, 3), ADVANTAGES, mask, **clip, **options)
+    want = aggregate_loss(per_token, mask, "seq-mean-token-mean")
+    assert loss.item() == pytest.approx(want.item(), rel=1e-6, abs=1e-7)
+    (grad,) = torch.autograd.grad(loss, lp)
+    (want_grad,) = torch.autograd.grad(want, want_lp)
+    assert torch.allclose(grad, want_grad, atol=1e-6) and grad.abs().sum() > 0
+    assert (grad[~mask] == 0).all()  # the padding's 7.0 / A = 9 count nowhere
+    assert stats["actor/ppo_kl"] == pytest.approx(float(metrics["ppo_kl"]), abs=1e-6)
+    assert stats["actor/pg_clipfrac"] == pytest.approx(
+        float(metrics.get("clip_frac_low", 0.0)) + float(metrics.get("clip_frac_high", 0.0)), abs=1e-6)

@@ -7,7 +7,11 @@ key                        meaning
 =========================  =====================================================================
 ``adv_estimator``          also every name in :func:`rlhf_ext.algorithms.available_advantages`
 ``adv_estimator_options``  keyword options of that estimator, e.g. ``{k: 4}`` for ``passk``
-``policy_loss_type``       ``ppo`` (the clipped surrogate) or ``gspo`` (sequence ratio)
+``policy_loss_type``       ``ppo`` (the clipped surrogate), ``gspo`` (sequence ratio), or any
+                           other name in :func:`rlhf_ext.algorithms.available_policy_losses`
+                           (``cispo``, ``sapo``, ``gmpo``, ``clip_cov``, ``kl_cov``, ``dppo_tv``, ...)
+``policy_loss_options``    keyword options of that loss, e.g. ``{tau_pos: 1.0, tau_neg: 1.05}``;
+                           the clip range comes from ``clip_ratio`` / ``clip_ratio_low/high``
 ``loss_agg_mode``          ``token-mean``, ``seq-mean-token-mean``, ``seq-mean-token-sum``,
                            ``seq-mean-token-sum-norm`` (Dr.GRPO's constant normaliser)
 ``loss_agg_max_len``       the constant of ``seq-mean-token-sum-norm`` (the generation budget)
@@ -53,7 +57,10 @@ POLICY_LOSS_TYPES = ("ppo", "gspo")
 # Registered estimators that whiten token advantages over the batch (REINFORCE++, arXiv 2501.03262).
 WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
-NEW_KEYS = ("adv_estimator_options", "policy_loss_type", "loss_agg_mode", "loss_agg_max_len", "kl_clip")
+NEW_KEYS = ("adv_estimator_options", "policy_loss_type", "loss_agg_mode", "loss_agg_max_len", "kl_clip",
+            "policy_loss_options")
+# The loss options the plugin sets from MindSpeed-RL's own clip keys (not allowed in policy_loss_options).
+CLIP_OPTIONS = ("eps_low", "eps_high", "clip_ratio_low", "clip_ratio_high")
 DEFAULT_KL_CLIP = (-10.0, 10.0)  # MindSpeed-RL's hard-coded clamp of low_var_kl
 
 
@@ -128,12 +135,43 @@ def check_estimator(name, options) -> Dict[str, Any]:
     return options
 
 
+def available_policy_loss_types() -> List[str]:
+    from rlhf_ext.algorithms import available_policy_losses
+
+    return list(POLICY_LOSS_TYPES) + [n for n in available_policy_losses() if n not in POLICY_LOSS_TYPES]
+
+
 def check_policy_loss(value) -> Optional[str]:
     if value is None:
         return None
-    if value not in POLICY_LOSS_TYPES:
-        raise ConfigError(f"rl_config.policy_loss_type={value!r} is not known; valid: {_choices(POLICY_LOSS_TYPES)}")
+    valid = available_policy_loss_types()
+    if value not in valid:
+        raise ConfigError(f"rl_config.policy_loss_type={value!r} is not known; valid: {_choices(valid)}")
     return value
+
+
+def check_policy_loss_options(loss_type, options) -> Dict[str, Any]:
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"rl_config.policy_loss_options must be a mapping like {{tau_neg: 1.05}}, got {options!r}")
+    options = {str(k): v for k, v in options.items()}
+    if options and loss_type is None:
+        raise ConfigError("rl_config.policy_loss_options needs rl_config.policy_loss_type")
+    import inspect
+
+    from rlhf_ext.algorithms import get_policy_loss
+
+    params = inspect.signature(get_policy_loss(loss_type)).parameters if options else {}
+    named = [p for p, v in params.items() if v.kind == v.KEYWORD_ONLY and p not in CLIP_OPTIONS]
+    for key in options:
+        if key in CLIP_OPTIONS:
+            raise ConfigError(f"rl_config.policy_loss_options.{key}: the clip range comes from rl_config.clip_ratio "
+                              "(or clip_ratio_low / clip_ratio_high with clip_higher_enable)")
+        if key not in named:
+            raise ConfigError(f"rl_config.policy_loss_options: {loss_type!r} has no option {key!r}; "
+                              f"it takes: {_choices(named) or '(none)'}")
+    return options
 
 
 def check_loss_agg(mode, max_len) -> Tuple[Optional[str], Optional[int]]:
@@ -220,6 +258,9 @@ def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str
     if options:
         settings["adv_estimator_options"] = options
     loss_type = check_policy_loss(ours.get("policy_loss_type"))
+    loss_options = check_policy_loss_options(loss_type, ours.get("policy_loss_options"))
+    if loss_options:
+        settings["policy_loss_options"] = loss_options
     mode, max_len = check_loss_agg(ours.get("loss_agg_mode"), ours.get("loss_agg_max_len"))
     clip = check_kl(source.get("kl_penalty", "low_var_kl"), ours.get("kl_clip"))
     for key, value in (("policy_loss_type", loss_type), ("loss_agg_mode", mode), ("loss_agg_max_len", max_len)):

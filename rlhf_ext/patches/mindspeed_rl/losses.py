@@ -9,8 +9,11 @@ that ``Actor.get_loss_meta_func`` builds; the rlhf_ext settings ride in its ``kl
 With no rlhf_ext setting the original ``compute_loss`` runs, bit for bit. Otherwise:
 
 * per-token loss from :func:`rlhf_ext.algorithms.get_policy_loss` -- ``ppo`` (clipped surrogate;
-  DAPO's clip-higher when ``clip_higher_enable``, for the GRPO loss too) or ``gspo`` (Zheng et al.
-  2025, arXiv 2507.18071, sequence-level ratio; use clip ranges around 3e-4 / 4e-4);
+  DAPO's clip-higher when ``clip_higher_enable``, for the GRPO loss too), ``gspo`` (Zheng et al.
+  2025, arXiv 2507.18071, sequence-level ratio; use clip ranges around 3e-4 / 4e-4) or any other
+  registered loss (``cispo``, ``sapo``, ``gmpo``, ``clip_cov``, ...): the clip range goes to its
+  ``eps_low``/``eps_high`` or ``clip_ratio_low``/``clip_ratio_high`` option, the rest comes from
+  ``rl_config.policy_loss_options``;
 * reduced by :func:`rlhf_ext.algorithms.aggregate_loss` with ``loss_agg_mode`` (default: what the
   built-in loss does -- ``token-mean`` for GRPO and for DAPO with ``token_level_loss``, else
   ``seq-mean-token-mean``); ``seq-mean-token-sum-norm`` divides by ``loss_agg_max_len`` x sequences
@@ -28,6 +31,7 @@ and CPU alike.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 
@@ -78,9 +82,15 @@ def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode):
         old_log_prob = log_probs.detach().clone()
     eps_low, eps_high = _clip_range(loss)
     loss_type = settings.get("policy_loss_type", "ppo")
+    fn = get_policy_loss(loss_type)
+    params = inspect.signature(fn).parameters
     extra = {"log_ratio_clip": None} if loss_type == "ppo" else {}  # MindSpeed-RL's ppo does not clamp
-    per_token, metrics = get_policy_loss(loss_type)(
-        log_probs, old_log_prob, advantages, mask, eps_low=eps_low, eps_high=eps_high, **extra)
+    # the clip range under the loss's own option names: eps_* (ppo, gspo) or verl's clip_ratio_*
+    for low_key, high_key in (("eps_low", "eps_high"), ("clip_ratio_low", "clip_ratio_high")):
+        if low_key in params:
+            extra.update({low_key: eps_low, high_key: eps_high})
+    extra.update(settings.get("policy_loss_options") or {})
+    per_token, metrics = fn(log_probs, old_log_prob, advantages, mask, **extra)
     mode = settings.get("loss_agg_mode", default_mode)
     pg = aggregate_loss(per_token, mask, mode, max_len=settings.get("loss_agg_max_len"))
     return pg, metrics
@@ -100,7 +110,8 @@ def _finish(loss, module, batch, kwargs, pg_loss, metrics, ppo_extra):
     use_dynamic_bsz = kwargs.get("use_dynamic_bsz", False)
     actual = kwargs.get("actual_micro_batch_size", None)
     policy_loss = pg_loss * (batch["responses"].size(0) / actual) if use_dynamic_bsz else pg_loss
-    low, high = metrics["clip_frac_low"], metrics["clip_frac_high"]
+    zero = torch.zeros(())  # losses without a ratio clip report no clip fractions
+    low, high = metrics.get("clip_frac_low", zero), metrics.get("clip_frac_high", zero)
     stats = {
         "actor/pg_loss": abs(pg_loss.detach().item()),
         "actor/pg_clipfrac": float(low + high),

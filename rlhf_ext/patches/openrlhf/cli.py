@@ -206,7 +206,7 @@ def finalize(namespace) -> Dict[str, str]:
     """
     from rlhf_ext.algorithms import get_policy_loss
 
-    from .policy_loss import _accepted_kwargs
+    from .policy_loss import _accepted_kwargs, loss_candidates
 
     estimator = _ns(namespace, "algo.advantage.estimator")
     n = int(_ns(namespace, "rollout.n_samples_per_prompt", 1))
@@ -245,9 +245,8 @@ def finalize(namespace) -> Dict[str, str]:
             )
         low_high = _ns(namespace, "actor.eps_clip_low_high")
         eps = _ns(namespace, "actor.eps_clip", 0.2)
-        candidates = {"eps_low": low_high[0] if low_high else eps, "eps_high": low_high[1] if low_high else eps}
-        if _ns(namespace, "actor.dual_clip") is not None:
-            candidates["dual_clip"] = _ns(namespace, "actor.dual_clip")
+        candidates = loss_candidates(low_high[0] if low_high else eps, low_high[1] if low_high else eps,
+                                     _ns(namespace, "actor.dual_clip"))
         kwargs = {**_accepted_kwargs(get_policy_loss(loss_type), candidates), **loss_options}
         try:
             _dry_run_loss(loss_type, kwargs)

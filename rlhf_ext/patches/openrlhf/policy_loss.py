@@ -43,6 +43,18 @@ def _accepted_kwargs(fn, candidates: Dict[str, object]) -> Dict[str, object]:
     return {k: v for k, v in candidates.items() if k in params}
 
 
+def loss_candidates(eps_low, eps_high, dual_clip) -> Dict[str, object]:
+    """The options OpenRLHF's flags give a registered loss (each loss takes those it has):
+    ``--actor.eps_clip_low_high`` / ``--actor.eps_clip`` as ``eps_low`` / ``eps_high`` and, for the
+    losses named with verl's keys, ``clip_ratio_low`` / ``clip_ratio_high``; ``--actor.dual_clip``
+    as ``dual_clip`` and ``clip_ratio_c`` (DPPO's IS-weight cap, verl's key for both)."""
+    candidates = {"eps_low": eps_low, "eps_high": eps_high, "clip_ratio_low": eps_low, "clip_ratio_high": eps_high}
+    if dual_clip is not None:
+        candidates["dual_clip"] = dual_clip
+        candidates["clip_ratio_c"] = dual_clip
+    return candidates
+
+
 def make_policy_loss_class(base, module=None):
     """Subclass of OpenRLHF's ``PolicyLoss`` (same constructor) that knows every loss and mode."""
 
@@ -86,9 +98,7 @@ def make_policy_loss_class(base, module=None):
                     f"policy loss {self.policy_loss_type!r}: --algo.advantage.is_correction_level is implemented "
                     "only for OpenRLHF's own 'ppo' loss"
                 )
-            candidates = {"eps_low": self.clip_eps_low, "eps_high": self.clip_eps_high}
-            if self.dual_clip is not None:
-                candidates["dual_clip"] = self.dual_clip
+            candidates = loss_candidates(self.clip_eps_low, self.clip_eps_high, self.dual_clip)
             self._call_kwargs = {**_accepted_kwargs(self._registered_fn, candidates), **self.loss_options}
             return self
 

@@ -7,7 +7,12 @@ expecting ``(scalar loss, {metric: float})``. This adapter:
 
 1. maps verl's actor settings onto the loss's own options, for the options the loss has:
    ``clip_ratio_low`` / ``clip_ratio_high`` (falling back to ``clip_ratio``) -> ``eps_low`` /
-   ``eps_high``, ``clip_ratio_c`` -> ``dual_clip``;
+   ``eps_high``, ``clip_ratio_c`` -> ``dual_clip``; the losses whose options carry verl's own
+   names (:mod:`rlhf_ext.algorithms.policy_losses_ratio`) get them under those names:
+   ``clip_ratio_low`` / ``clip_ratio_high`` / ``clip_ratio_c`` / ``tau_pos`` / ``tau_neg`` from
+   the actor config, ``clip_cov_ratio`` / ``clip_cov_lb`` / ``clip_cov_ub`` / ``kl_cov_ratio`` /
+   ``ppo_kl_coef`` from ``actor.policy_loss`` (options verl has no key for, e.g. VESPO's
+   ``vespo_k_pos``, keep their defaults);
 2. computes the per-token loss with the rlhf_ext function (formulas and papers in
    :mod:`rlhf_ext.algorithms.policy_losses`), multiplied by verl's rollout-correction weights when
    given, as verl's own losses do;
@@ -27,6 +32,9 @@ import torch
 
 # verl actor setting -> the rlhf_ext loss option it sets (when the loss has that option).
 _CLIP_LOW, _CLIP_HIGH, _DUAL = "eps_low", "eps_high", "dual_clip"
+# verl keys passed under their own name to the losses that have an option of that name.
+_ACTOR_KEYS = ("clip_ratio_c", "tau_pos", "tau_neg")
+_POLICY_LOSS_KEYS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
 
 
 def _get(config: Any, key: str, default=None):
@@ -51,6 +59,17 @@ def loss_options(config: Any, loss: Callable) -> Dict[str, Any]:
     dual = _get(config, "clip_ratio_c")
     if _DUAL in params and dual is not None:
         options[_DUAL] = float(dual)
+    if "clip_ratio_low" in params and low is not None:
+        options["clip_ratio_low"] = float(low)
+    if "clip_ratio_high" in params and high is not None:
+        options["clip_ratio_high"] = float(high)
+    for key in _ACTOR_KEYS:
+        if key in params and _get(config, key) is not None:
+            options[key] = float(_get(config, key))
+    policy_loss = _get(config, "policy_loss")
+    for key in _POLICY_LOSS_KEYS:
+        if key in params and _get(policy_loss, key) is not None:
+            options[key] = float(_get(policy_loss, key))
     return options
 
 
