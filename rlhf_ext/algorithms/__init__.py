@@ -27,10 +27,11 @@ from .registry import (
     register_policy_loss,
 )
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
+from .advantages import HOST_INPUTS, gdpo, gpg, host_inputs, opo, passk_best
 from .policy_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
-from .kl import k1, k2, k3, kl_estimate
+from .kl import abs_kl, k1, k2, k3, k3_bias_corrected, k3_plus, kl_estimate
 from .dapo import overlong_penalty, zero_variance_groups
 from .preference import nll_loss, simpo_loss, simpo_objective
 from .mismatch import MISMATCH_METRICS, mismatch_stats
@@ -56,6 +57,12 @@ __all__ = [
     "maxrl",
     "rft",
     "whiten",
+    "gpg",
+    "opo",
+    "passk_best",
+    "gdpo",
+    "HOST_INPUTS",
+    "host_inputs",
     "ppo",
     "ppo_clip_fractions",
     "gspo",
@@ -70,6 +77,9 @@ __all__ = [
     "k2",
     "k3",
     "kl_estimate",
+    "abs_kl",
+    "k3_plus",
+    "k3_bias_corrected",
     "zero_variance_groups",
     "overlong_penalty",
     "simpo_loss",

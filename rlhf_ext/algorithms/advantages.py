@@ -210,3 +210,140 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, shift
     var = torch.where(maskb, (values - mean) ** 2, zero).sum() / count
     out = (values - mean) if shift_mean else values
     return torch.where(maskb, out * torch.rsqrt(var + eps), zero)
+
+
+# Per-sample inputs beyond the scores that an estimator may declare as keyword parameters; every
+# host passes them grouped like the scores ([P, N]) when the estimator's signature names them.
+HOST_INPUTS = ("lengths", "components")
+
+
+def host_inputs(estimator) -> tuple:
+    """The names in :data:`HOST_INPUTS` that ``estimator`` takes (hosts pass those, never as options)."""
+    import inspect
+
+    params = inspect.signature(estimator).parameters
+    return tuple(name for name in HOST_INPUTS if name in params)
+
+
+def _grouped_like(values, scores: torch.Tensor, name: str, estimator: str) -> torch.Tensor:
+    from .checks import as_float_tensor, check_finite
+
+    if values is None:
+        raise ValueError(
+            f"{estimator} needs {name}= (one value per sample, shaped like the scores); this host did not pass it"
+        )
+    values = as_float_tensor(values, f"{estimator}: {name}").to(scores.device)
+    if values.shape != scores.shape:
+        raise ValueError(
+            f"{estimator}: {name} has shape {tuple(values.shape)} but the scores have {tuple(scores.shape)}"
+        )
+    check_finite(values, f"{estimator}: {name}")
+    return values
+
+
+@register_advantage("gpg")
+def gpg(scores, *, f_norm: float = 1.0, alpha_count: str = "valid") -> torch.Tensor:
+    """GPG (Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+    Reasoning", arXiv 2504.02546).
+
+    ``A_i = alpha * (r_i - mean_g) / f_norm``: the group mean as baseline, no std division, and the
+    batch-level correction ``alpha = B / M`` with B the number of samples in the batch (the
+    ``[P, N]`` the estimator is given) and M the samples that count:
+
+    * ``alpha_count="valid"`` (default, the paper's Eq. for ``alpha = B / (B - M_invalid)``): M =
+      samples of groups whose rewards are not all equal, the ones with a non-zero gradient;
+    * ``alpha_count="nonzero_reward"``: M = samples with a non-zero reward, which is what verl
+      0.9.1's ``compute_gpg_outcome_advantage`` counts (``torch.count_nonzero(scores)``). The two
+      differ on all-correct groups (reward 1, advantage 0), which verl counts and the paper does not.
+
+    M is clamped to >= 1 (a batch with no signal has advantage 0 anyway). ``f_norm`` is verl's
+    ``f_norm`` (default 1.0). Use with the plain policy-gradient loss (``pg``) as the paper does.
+    """
+    if alpha_count not in ("valid", "nonzero_reward"):
+        raise ValueError(f"gpg: alpha_count must be 'valid' or 'nonzero_reward', got {alpha_count!r}")
+    if isinstance(f_norm, bool) or not isinstance(f_norm, (int, float)) or not f_norm > 0:
+        raise ValueError(f"gpg: f_norm must be a number > 0, got {f_norm!r}")
+    scores = check_scores(scores, min_group_size=2, estimator="gpg")
+    if alpha_count == "valid":
+        low, high = torch.aminmax(scores, dim=1, keepdim=True)
+        counted = (low != high).expand_as(scores).sum()
+    else:
+        counted = torch.count_nonzero(scores)
+    alpha = scores.numel() / counted.clamp(min=1).to(scores.dtype)
+    return alpha * (scores - _group_mean(scores)) / f_norm
+
+
+@register_advantage("opo")
+def opo(scores, *, lengths=None) -> torch.Tensor:
+    """OPO, On-Policy RL with Optimal reward baseline (Hao et al. 2025, arXiv 2505.23585).
+
+    ``A_i = r_i - b``, ``b = sum_j |y_j| r_j / sum_j |y_j|``: the group's length-weighted mean
+    reward, the variance-minimising baseline for a sequence-level policy gradient when the gradient
+    norm grows with the response length. ``lengths`` (response lengths in tokens, one per sample,
+    shaped like ``scores``) is passed by every host. Matches verl 0.9.1's
+    ``compute_opo_outcome_advantage`` (algorithm.adv_estimator=opo) on groups of two or more;
+    single-sample groups are refused as for every group estimator here (verl uses baseline 0).
+    """
+    scores = check_scores(scores, min_group_size=2, estimator="opo")
+    lengths = _grouped_like(lengths, scores, "lengths", "opo")
+    if bool((lengths <= 0).any()):
+        raise ValueError("opo: lengths must be > 0 (every response has at least one token)")
+    baseline = (lengths * scores).sum(dim=1, keepdim=True) / lengths.sum(dim=1, keepdim=True)
+    return scores - baseline
+
+
+@register_advantage("passk_best")
+def passk_best(scores, *, norm_adv_by_std_in_grpo: bool = True, eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """Pass@k training as a max over the group (Walder & Karkhanis 2025, "Pass@K Policy
+    Optimization", arXiv 2503.19595); verl's ``grpo_passk``.
+
+    Only each group's best sample gets an advantage, ``A_best = (r_max - r_second) / (std_g + eps)``
+    (the gain its presence brings to the group's max reward), every other sample 0. With
+    ``norm_adv_by_std_in_grpo=False`` (verl's key) there is no std division. Ties for the best go
+    to the first such sample (as ``torch.topk``), and then ``r_max - r_second = 0``. ``std`` is the
+    unbiased group std. Matches verl 0.9.1's ``compute_grpo_passk_outcome_advantage``.
+    """
+    if not eps >= 0:
+        raise ValueError(f"passk_best: eps must be >= 0, got {eps!r}")
+    scores = check_scores(scores, min_group_size=2, estimator="passk_best")
+    top, top_idx = torch.topk(scores, 2, dim=1)
+    gain = top[:, :1] - top[:, 1:2]
+    if norm_adv_by_std_in_grpo:
+        gain = gain / (scores.std(dim=1, unbiased=True, keepdim=True) + eps)
+    out = torch.zeros_like(scores)
+    return out.scatter(1, top_idx[:, :1], gain)
+
+
+@register_advantage("gdpo")
+def gdpo(scores, *, components=None, weights=None, eps: float = DEFAULT_EPS,
+         norm_adv_by_std_in_grpo: bool = True) -> torch.Tensor:
+    """GDPO, group reward-decoupled normalisation (Liu et al. 2026, arXiv 2601.05242).
+
+    ``A_i = sum_k w_k (r_ik - mean_g(r_k)) / (std_g(r_k) + eps)``: each reward component is
+    normalised within its group before the weighted sum, so a component with a large spread does
+    not drown the others (GRPO normalises the sum). ``components``: mapping name -> values shaped
+    like ``scores`` (rlhf_ext's weighted rewards carry their unweighted components; hosts pass
+    them). ``weights``: mapping name -> weight, default 1 each (verl's ``gdpo_reward_weights``,
+    given as a list there). ``scores`` are not used except for their shape. verl 0.9.1's ``gdpo``
+    then whitens the token advantages over the batch; hosts here leave that to the caller (see
+    docs/algorithms.md). Each component's all-equal groups contribute 0.
+    """
+    scores = check_scores(scores, min_group_size=2, estimator="gdpo")
+    if not components:
+        raise ValueError(
+            "gdpo needs components= (reward name -> per-sample values); use a weighted rlhf_ext reward "
+            "such as accuracy:1.0,format:0.2 so the host can pass its components"
+        )
+    if weights is None:
+        weights = {}
+    if not hasattr(weights, "items"):
+        raise ValueError(f"gdpo: weights must map component names to numbers, got {weights!r}")
+    unknown = sorted(set(weights) - set(components))
+    if unknown:
+        raise ValueError(f"gdpo: weights name unknown components {unknown}; components: {sorted(components)}")
+    total = torch.zeros_like(scores)
+    for name, values in components.items():
+        values = _grouped_like(values, scores, f"components[{name!r}]", "gdpo")
+        total = total + float(weights.get(name, 1.0)) * grpo(
+            values, eps=eps, std_scope="group" if norm_adv_by_std_in_grpo else "none")
+    return total

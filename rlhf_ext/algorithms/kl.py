@@ -51,6 +51,41 @@ def k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     return torch.exp(-lr) - 1.0 + lr
 
 
+@register_kl_estimator("abs")
+def abs_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """``|log pi - log pi_ref|`` (verl's and MindSpeed-RL's ``abs``): ``|k1|``, >= 0, biased."""
+    _shapes(log_probs, ref_log_probs)
+    return (log_probs - ref_log_probs).abs()
+
+
+@register_kl_estimator("k3+")
+def k3_plus(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """k3's value with k2's gradient (verl's ``k3+``, ``core_algos.kl_penalty``), for KL as a loss.
+
+    The expectation of k3 is KL(pi || pi_ref) but the expectation of its gradient is not the
+    gradient of KL; k2's is (``E[lr grad log pi] = grad KL`` for on-policy samples). Straight
+    through: ``k2 - k2.detach() + k3.detach()``. verl clamps the k3 value first (log ratio to
+    +-20, value to [-10, 10]); :func:`kl_estimate` applies such clamps explicitly.
+    """
+    _shapes(log_probs, ref_log_probs)
+    backward = 0.5 * (log_probs - ref_log_probs).square()
+    return backward - backward.detach() + k3(log_probs, ref_log_probs).detach()
+
+
+def k3_bias_corrected(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+    """k3 weighted by the importance ratio ``pi / pi_old`` (DeepSeek-V3.2, arXiv 2512.02556, Eq. for
+    the unbiased KL estimate; TRL 1.16's ``use_bias_correction_kl``), for KL as a loss on samples
+    drawn from ``pi_old``.
+
+    ``KL_t = (pi / pi_old) * (pi_ref / pi - log(pi_ref / pi) - 1)``; the ratio is not detached (as
+    in TRL), so its gradient is the unbiased gradient of KL(pi || pi_ref) when tokens come from
+    ``pi_old``. With ``old_log_probs == log_probs.detach()`` the value is k3.
+    """
+    _shapes(log_probs, ref_log_probs)
+    _shapes(log_probs, old_log_probs)
+    return k3(log_probs, ref_log_probs) * torch.exp(log_probs - old_log_probs)
+
+
 def _check_clip(clip) -> Optional[Tuple[float, float]]:
     if clip is None:
         return None

@@ -114,7 +114,18 @@ def check_estimator(name, options) -> Dict[str, Any]:
 
     from rlhf_ext.algorithms import get_advantage
 
+    from rlhf_ext.algorithms import host_inputs
+
     fn = get_advantage(name)
+    taken = host_inputs(fn)
+    if "components" in taken:
+        raise ConfigError(
+            f"rl_config.adv_estimator={name!r} normalises each reward component separately, and MindSpeed-RL's "
+            "advantage task receives only the summed rm_scores (no components); use group_norm or another estimator"
+        )
+    for key in options:
+        if key in taken:
+            raise ConfigError(f"rl_config.adv_estimator_options.{key}: {key} comes from the rollouts, not from the config")
     params = inspect.signature(fn).parameters
     takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
     named = [p for p, v in params.items() if v.kind == v.KEYWORD_ONLY]

@@ -177,12 +177,17 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
 def _dry_run_estimator(name: str, n: int, options: Dict) -> None:
     import torch
 
-    from rlhf_ext.algorithms import get_advantage
+    from rlhf_ext.algorithms import get_advantage, host_inputs
 
     scores = torch.zeros(1, n)
     scores[0, 0] = 1.0  # binary and, for n > 1, not a zero-variance group
+    fn = get_advantage(name)
+    stand_ins = {"lengths": torch.ones(1, n), "components": {"accuracy": scores}}
+    reserved = sorted(set(options) & set(stand_ins))
+    if reserved:
+        raise ValueError(f"{', '.join(reserved)} come from the rollouts, not from --algo.advantage.option")
     try:
-        get_advantage(name)(scores, **options)
+        fn(scores, **options, **{k: stand_ins[k] for k in host_inputs(fn)})
     except TypeError as exc:
         raise ValueError(f"estimator {name!r} rejects the options {sorted(options)}: {exc}") from None
 
@@ -278,6 +283,7 @@ def finalize(namespace) -> Dict[str, str]:
     setattr(namespace, "reward.remote_url", remote_url)
     env.update(mismatch.finalize(namespace))
     _warn_binary_estimator_on_shaped_reward(estimator, _ns(namespace, "algo.advantage.input", "reward"), env)
+    _refuse_components_without_reward(estimator, env)
     return env
 
 
@@ -289,6 +295,19 @@ LENGTH_PENALTY_FLAGS = (
     ("reward.overlong_buffer_len", "--reward.overlong_buffer_len", "DAPO overlong penalty"),
     ("reward.stop_properly_penalty_coef", "--reward.stop_properly_penalty_coef", "ProRL stop-properly penalty"),
 )
+
+
+def _refuse_components_without_reward(estimator, env) -> None:
+    """gdpo reads the reward's components, which only rlhf_ext's reward reports (in extra_logs)."""
+    if estimator in OPENRLHF_ESTIMATORS or "RLHF_EXT_REWARD" in env:
+        return
+    from rlhf_ext.algorithms import get_advantage, host_inputs
+
+    if "components" in host_inputs(get_advantage(estimator)):
+        raise ValueError(
+            f"--algo.advantage.estimator {estimator} normalises each reward component separately and needs "
+            "rlhf_ext's reward to report them: add --reward.functions (e.g. accuracy:1.0,format:0.2)"
+        )
 
 
 def _refuse_penalties_on_scores(namespace, estimator) -> None:
