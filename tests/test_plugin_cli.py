@@ -45,7 +45,7 @@ def test_help_lists_new_choices_and_flags(cli_runs):
     choices = out.split("--algo.advantage.estimator {", 1)[1].split("}", 1)[0].split(",")
     assert choices[:7] == ["gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce"]
     assert set(NEW_ESTIMATORS) <= set(choices)
-    assert "{token-mean,seq-mean-token-mean,seq-mean-token-sum,seq-mean-token-sum-norm}" in out
+    assert "{token-mean,seq-mean-token-mean,seq-mean-token-sum,seq-mean-token-sum-norm,token-sum}" in out
     for flag in ("--algo.advantage.passk_k", "--algo.kl.clip", "--reward.functions", "--reward.grader_timeout",
                  "--reward.grader_workers", "--actor.loss_agg_max_len", "--algo.advantage.option"):  # fmt: skip
         assert flag in out

@@ -65,11 +65,14 @@ def k3_plus(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tenso
     The expectation of k3 is KL(pi || pi_ref) but the expectation of its gradient is not the
     gradient of KL; k2's is (``E[lr grad log pi] = grad KL`` for on-policy samples). Straight
     through: ``k2 - k2.detach() + k3.detach()``. verl clamps the k3 value first (log ratio to
-    +-20, value to [-10, 10]); :func:`kl_estimate` applies such clamps explicitly.
+    +-20, value to [-10, 10]); :func:`kl_estimate` applies such clamps explicitly, to the value only.
     """
     _shapes(log_probs, ref_log_probs)
     backward = 0.5 * (log_probs - ref_log_probs).square()
     return backward - backward.detach() + k3(log_probs, ref_log_probs).detach()
+
+
+k3_plus.clip_forward_only = True  # kl_estimate's value clamp leaves the k2 gradient alone
 
 
 def k3_bias_corrected(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
@@ -133,7 +136,13 @@ def kl_estimate(
     else:
         # Re-express the clamped log ratio as a pair of log-probs so any registered estimator applies.
         kl = fn(ref_log_probs + lr_clipped, ref_log_probs)
-    kl_clipped = kl if bounds is None else kl.clamp(bounds[0], bounds[1])
+    if bounds is None:
+        kl_clipped = kl
+    elif getattr(fn, "clip_forward_only", False):
+        # a straight-through estimator (k3+): the clamp bounds the value, its gradient stays k2's (as verl)
+        kl_clipped = kl + (kl.clamp(bounds[0], bounds[1]) - kl).detach()
+    else:
+        kl_clipped = kl.clamp(bounds[0], bounds[1])
 
     weight = torch.ones_like(kl) if mask is None else mask.to(kl.dtype)
     denom = weight.sum().clamp(min=1.0)

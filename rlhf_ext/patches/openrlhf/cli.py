@@ -101,7 +101,7 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
         "Policy-loss aggregation: token-mean (global token mean, DAPO), seq-mean-token-mean (mean of per-sequence "
         "means, GRPO), seq-mean-token-sum (mean of per-sequence sums), seq-mean-token-sum-norm (sum over tokens / "
         "(max_len x sequences), Dr.GRPO; max_len from --actor.loss_agg_max_len, else --rollout.max_new_tokens, "
-        "else --data.max_len)"
+        "else --data.max_len), token-sum (sum over tokens, no normaliser, verl's token-sum)"
     )
 
     group = parser.add_argument_group(
@@ -260,6 +260,13 @@ def finalize(namespace) -> Dict[str, str]:
             raise ValueError(f"--actor.policy_loss_type {loss_type}: {exc}") from None
 
     mode = _ns(namespace, "actor.loss_agg_mode", "token-mean")
+    if mode == "token-sum" and loss_type in OPENRLHF_POLICY_LOSSES:
+        # OpenRLHF's own PolicyLoss knows only token-mean and per-sequence means; it would
+        # silently aggregate a token sum as seq-mean-token-mean.
+        raise ValueError(
+            f"--actor.loss_agg_mode token-sum works with rlhf_ext's registered policy losses (e.g. pg), "
+            f"not with OpenRLHF's own {loss_type!r}"
+        )
     max_len = _ns(namespace, "actor.loss_agg_max_len")
     if max_len is not None and max_len < 1:
         raise ValueError(f"--actor.loss_agg_max_len must be >= 1, got {max_len}")
