@@ -33,6 +33,7 @@ from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import abs_kl, k1, k2, k3, k3_bias_corrected, k3_plus, kl_estimate
 from .dapo import overlong_penalty, zero_variance_groups
+from .dapo import off_policy_sequence_mask, top_entropy_mask, truncated_completion_mask
 from .preference import nll_loss, simpo_loss, simpo_objective
 from .mismatch import MISMATCH_METRICS, mismatch_stats
 
@@ -82,6 +83,9 @@ __all__ = [
     "k3_bias_corrected",
     "zero_variance_groups",
     "overlong_penalty",
+    "truncated_completion_mask",
+    "off_policy_sequence_mask",
+    "top_entropy_mask",
     "simpo_loss",
     "simpo_objective",
     "nll_loss",

@@ -160,3 +160,39 @@ def test_k3_bias_corrected_equals_trl_use_bias_correction_kl():
     trl.sum().backward()
     ours.sum().backward()
     torch.testing.assert_close(lp2.grad, lp.grad)
+
+
+def test_off_policy_sequence_mask_equals_trl():
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    from rlhf_ext.algorithms import off_policy_sequence_mask
+
+    g = torch.Generator().manual_seed(7)
+    B = 12
+    lp, sample_lp = -torch.rand(B, T, generator=g) * 2, -torch.rand(B, T, generator=g) * 2
+    sample_lp[0, 0] = float("nan")  # a token vLLM could not score
+    mask = (torch.arange(T)[None, :] < torch.randint(1, T + 1, (B, 1), generator=g)).float()
+    adv = torch.randn(B, 1, generator=g)
+    for threshold in (0.0, 0.1, 0.5):
+        ref = GRPOTrainer.get_off_policy_mask(adv, lp, sample_lp, mask, threshold)
+        ours = off_policy_sequence_mask(adv, lp, sample_lp, mask, threshold)
+        assert torch.equal(ours.float(), ref.reshape(-1))
+
+
+def test_top_entropy_mask_equals_trl():
+    from types import SimpleNamespace
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    from rlhf_ext.algorithms import top_entropy_mask
+
+    one_rank = SimpleNamespace(accelerator=SimpleNamespace(pad_across_processes=lambda x, dim, pad_index: x,
+                                                           gather=lambda x: x))
+    g = torch.Generator().manual_seed(8)
+    ent = torch.rand(6, T, generator=g) * 3
+    mask = (torch.arange(T)[None, :] < torch.randint(1, T + 1, (6, 1), generator=g)).float()
+    for q in (0.2, 0.5, 1.0):
+        # TRL's trainer calls get_high_entropy_mask(entropies, mask, 1 - top_entropy_quantile)
+        ref = GRPOTrainer.get_high_entropy_mask(one_rank, ent, mask, 1 - q)
+        padded = torch.where(mask.bool(), ent, torch.full_like(ent, float("nan")))
+        assert torch.equal(top_entropy_mask(padded, mask, q), ref)
