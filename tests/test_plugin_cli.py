@@ -130,6 +130,8 @@ def test_new_estimators_and_token_sum_pass_validation(parse):
     args = parse("--algo.advantage.estimator", "gdpo", "--rollout.n_samples_per_prompt", "4",
                  "--reward.functions", "accuracy:1.0,format:0.2")
     assert args.algo.advantage.estimator == "gdpo"
+    args = parse("--algo.kl.estimator", "abs")
+    assert args.algo.kl.estimator == "abs"
 
 
 def test_registered_policy_loss_is_a_choice(parse, capfd):

@@ -104,6 +104,13 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
         "else --data.max_len), token-sum (sum over tokens, no normaliser, verl's token-sum)"
     )
 
+    from .kl import RLHF_EXT_KL_ESTIMATORS
+
+    kl_est = actions.get("--algo.kl.estimator")
+    if kl_est is not None and kl_est.choices:
+        kl_est.choices = list(kl_est.choices) + [n for n in RLHF_EXT_KL_ESTIMATORS if n not in kl_est.choices]
+        kl_est.help = f"{kl_est.help} -- with --plugin rlhf_ext also: abs (|log pi - log pi_ref|)"
+
     group = parser.add_argument_group(
         "rlhf_ext plugin",
         "Flags added by --plugin rlhf_ext (see docs/openrlhf_plugin.md).",
