@@ -165,3 +165,19 @@ def test_configured_name_pickles_with_its_settings():
     name = ConfiguredName("passk", {"adv_estimator_options": {"k": 4}})
     back = pickle.loads(pickle.dumps(name))
     assert back == "passk" and back.settings == {"adv_estimator_options": {"k": 4}} and hash(back) == hash("passk")
+
+
+def test_k3_plus_has_k3s_value_and_k2s_gradient():
+    """kl_penalty: k3+ (verl's name): the unbiased KL-loss gradient; the [-10, 10] clamp bounds the value only."""
+    from mindspeed_rl.utils import compute
+
+    from rlhf_ext.patches.mindspeed_rl.config import check_kl
+
+    assert check_kl("k3+", None) is None
+    lp = torch.tensor([0.5, -1.0, -30.0], requires_grad=True)
+    ref = torch.zeros(3)
+    value = compute.compute_kl_penalty(lp, ref, "k3+")
+    assert value[0].item() == pytest.approx(math.exp(-0.5) - 1 + 0.5)
+    assert value[2].item() == 10.0  # clamped
+    value.sum().backward()
+    assert lp.grad.tolist() == pytest.approx([0.5, -1.0, -30.0])  # lr, k2's gradient, also where clamped
