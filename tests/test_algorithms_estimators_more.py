@@ -134,6 +134,12 @@ def test_abs_and_k3_plus_values_and_gradients():
     assert clamped.item() == 10.0 and metrics["kl_clip_frac"].item() == 1.0
     clamped.sum().backward()
     assert lp2.grad.item() == 15.0
+    # a huge k3 value (exp(20)) is clamped exactly, with no float cancellation
+    far = T([-30.0], requires_grad=True)
+    clamped, _ = kl_estimate(far, T([0.0]), "k3+", clip=(-10.0, 10.0), log_ratio_clip=20.0)
+    assert clamped.item() == 10.0
+    clamped.sum().backward()
+    assert far.grad.item() == -30.0  # k2's gradient of the unclamped log ratio, as verl's k3+
 
 
 def test_k3_bias_corrected():

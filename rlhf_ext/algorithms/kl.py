@@ -72,7 +72,7 @@ def k3_plus(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tenso
     return backward - backward.detach() + k3(log_probs, ref_log_probs).detach()
 
 
-k3_plus.clip_forward_only = True  # kl_estimate's value clamp leaves the k2 gradient alone
+k3_plus.gradient_of = k2  # kl_estimate: its clamps bound k3's value, the gradient stays k2's
 
 
 def k3_bias_corrected(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
@@ -136,11 +136,16 @@ def kl_estimate(
     else:
         # Re-express the clamped log ratio as a pair of log-probs so any registered estimator applies.
         kl = fn(ref_log_probs + lr_clipped, ref_log_probs)
-    if bounds is None:
+    surrogate = getattr(fn, "gradient_of", None)
+    if surrogate is not None:
+        # A straight-through estimator (k3+): both clamps bound the value only; the gradient is the
+        # surrogate's on the unclamped log ratio, as verl computes it. Adding the zero-valued
+        # surrogate term (not subtracting the clamped difference) avoids float cancellation.
+        grad_term = surrogate(log_probs, ref_log_probs)
+        value = kl.detach() if bounds is None else kl.detach().clamp(bounds[0], bounds[1])
+        kl_clipped = value + (grad_term - grad_term.detach())
+    elif bounds is None:
         kl_clipped = kl
-    elif getattr(fn, "clip_forward_only", False):
-        # a straight-through estimator (k3+): the clamp bounds the value, its gradient stays k2's (as verl)
-        kl_clipped = kl + (kl.clamp(bounds[0], bounds[1]) - kl).detach()
     else:
         kl_clipped = kl.clamp(bounds[0], bounds[1])
 

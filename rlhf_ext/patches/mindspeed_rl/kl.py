@@ -45,13 +45,13 @@ def rlhf_ext_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, name: str, c
         value = (log_prob - ref_log_prob).abs()
     else:
         value, _ = kl_estimate(log_prob, ref_log_prob, _ALIASES[name], clip=None, log_ratio_clip=LOG_RATIO_CLIP)
-    if bounds is None:
+    if name == "k3+":  # the clamps bound the value; the straight-through k2 gradient stays (as verl)
+        clamped, _ = kl_estimate(log_prob, ref_log_prob, "k3+", clip=bounds, log_ratio_clip=LOG_RATIO_CLIP)
+    elif bounds is None:
         clamped = value
-    elif name == "k3+":  # the clamp bounds the value; the straight-through k2 gradient stays
-        clamped = value + (value.clamp(bounds[0], bounds[1]) - value).detach()
     else:
         clamped = value.clamp(bounds[0], bounds[1])
-    _last.clipped = (clamped != value).detach()
+    _last.clipped = (clamped.detach() != value.detach())
     return clamped
 
 
