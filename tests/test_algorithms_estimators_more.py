@@ -185,3 +185,24 @@ def test_top_entropy_mask_keeps_the_top_fraction():
     with pytest.raises(ValueError, match="top_entropy_quantile"):
         top_entropy_mask(ent, mask, 0.0)
     assert math.isclose(float(keep.sum()) / float(mask.sum()), 0.4)
+
+
+def test_optimal_token_baseline_hand_computed():
+    from rlhf_ext.algorithms import optimal_token_baseline
+
+    # two rows of one group, outcome on the last token; pi_t = 1/2 and sum pi^2 = 1/2 -> w_t = 1/2
+    rewards = T([[0.0, 1.0], [0.0, 0.0]])
+    mask = torch.ones(2, 2)
+    lp = torch.full((2, 2), math.log(0.5))
+    spi2 = torch.full((2, 2), 0.5)
+    adv, ret = optimal_token_baseline(rewards, mask, ["a", "a"], lp, spi2)
+    # W = (0.5, 1.0) on both rows: B_t = mean of G_t = (0.5, 0.5)
+    torch.testing.assert_close(ret, T([[1.0, 1.0], [0.0, 0.0]]))
+    torch.testing.assert_close(adv, T([[0.5, 0.5], [-0.5, -0.5]]), atol=1e-6, rtol=0)
+    # a group of one has no baseline; all-equal rewards give advantage 0
+    adv1, ret1 = optimal_token_baseline(rewards, mask, ["a", "b"], lp, spi2)
+    torch.testing.assert_close(adv1, ret1)
+    adv2, _ = optimal_token_baseline(torch.ones(2, 2), mask, ["a", "a"], lp, spi2)
+    assert adv2.abs().max() < 1e-6
+    with pytest.raises(ValueError, match="group ids"):
+        optimal_token_baseline(rewards, mask, ["a"], lp, spi2)

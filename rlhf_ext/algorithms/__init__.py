@@ -27,7 +27,7 @@ from .registry import (
     register_policy_loss,
 )
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
-from .advantages import HOST_INPUTS, gdpo, gpg, host_inputs, opo, passk_best
+from .advantages import HOST_INPUTS, gdpo, gpg, host_inputs, opo, optimal_token_baseline, passk_best
 from .policy_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
@@ -62,6 +62,7 @@ __all__ = [
     "opo",
     "passk_best",
     "gdpo",
+    "optimal_token_baseline",
     "HOST_INPUTS",
     "host_inputs",
     "ppo",

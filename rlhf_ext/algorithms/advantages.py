@@ -347,3 +347,53 @@ def gdpo(scores, *, components=None, weights=None, eps: float = DEFAULT_EPS,
         total = total + float(weights.get(name, 1.0)) * grpo(
             values, eps=eps, std_scope="group" if norm_adv_by_std_in_grpo else "none")
     return total
+
+
+def optimal_token_baseline(token_rewards: torch.Tensor, mask: torch.Tensor, groups, old_log_probs: torch.Tensor,
+                           sum_pi_squared: torch.Tensor, *, is_weights: Optional[torch.Tensor] = None,
+                           handle_zero_tail: bool = True, eps: float = 1e-8):
+    """Optimal token baseline (OTB, arXiv 2602.07078; verl 0.9.1's ``optimal_token_baseline``),
+    token-level: returns ``(advantages, returns)``, both ``[B, T]``.
+
+    ``G_t`` = reward-to-go; per token ``w_t = 1 - 2 pi_t + sum_v pi_v^2`` (the squared norm of the
+    score of the sampled token, ``pi_t = exp(old_log_probs)``), times ``is_weights^2`` when given;
+    ``W_t = sum_{j<=t} w_j`` (cumulative path variance). Within each prompt group (``groups``: one
+    id per row) ``B_t = sum_i G_it W_it / (sum_i W_it + eps)`` over the rows that reach t, and
+    ``A_t = G_t - B_t``. A group of one has no baseline. ``handle_zero_tail`` (verl's key): the part
+    of a group's unique longest response beyond the second longest gets baseline 0.
+
+    Needs the per-token ``sum_pi_squared`` over the vocabulary, which only verl's actor computes
+    (``actor.calculate_sum_pi_squared``); it is not a registered outcome estimator, and no host
+    adapter passes it (use verl's own ``algorithm.adv_estimator=optimal_token_baseline``).
+    """
+    maskb = check_token_inputs(mask, token_rewards=token_rewards, old_log_probs=old_log_probs,
+                               sum_pi_squared=sum_pi_squared)
+    m = maskb.to(token_rewards.dtype)
+    zero = token_rewards.new_zeros(())
+    rewards = torch.where(maskb, token_rewards, zero)
+    returns = rewards.flip(-1).cumsum(-1).flip(-1)
+    w = 1 - 2 * torch.exp(torch.where(maskb, old_log_probs, zero)) + torch.where(maskb, sum_pi_squared, zero)
+    if is_weights is not None:
+        w = w * torch.where(maskb, is_weights, zero) ** 2
+    w_cum = (w * m).cumsum(-1)
+    ids = list(groups)
+    if len(ids) != mask.shape[0]:
+        raise ValueError(f"optimal_token_baseline: {len(ids)} group ids for {mask.shape[0]} rows")
+    rows_of = {}
+    for row, gid in enumerate(ids):
+        rows_of.setdefault(gid.item() if hasattr(gid, "item") else gid, []).append(row)
+    baselines = torch.zeros_like(returns)
+    for rows in rows_of.values():
+        if len(rows) < 2:
+            continue
+        idx = torch.tensor(rows, device=mask.device)
+        mg = m[idx]
+        base = (returns[idx] * w_cum[idx] * mg).sum(0) / ((w_cum[idx] * mg).sum(0) + eps)
+        baselines[idx] = base.expand(len(rows), -1)
+        if handle_zero_tail:
+            lengths = mg.sum(-1)
+            top2 = torch.topk(lengths, 2).values
+            longest = (lengths == top2[0]).nonzero().flatten()
+            if longest.numel() == 1 and top2[0] > top2[1]:
+                baselines[rows[int(longest[0])], int(top2[1]):] = 0.0
+    return (returns - baselines) * m, returns

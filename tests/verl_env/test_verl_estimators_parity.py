@@ -200,3 +200,22 @@ def test_top_entropy_mask_equals_trl():
         ref = GRPOTrainer.get_high_entropy_mask(one_rank, ent, mask, 1 - q)
         padded = torch.where(mask.bool(), ent, torch.full_like(ent, float("nan")))
         assert torch.equal(top_entropy_mask(padded, mask, q), ref)
+
+
+@pytest.mark.parametrize("with_is", [False, True])
+def test_optimal_token_baseline_equals_verl(with_is):
+    from rlhf_ext.algorithms import optimal_token_baseline
+
+    rewards, mask, uids, _, _ = _random_batch(9)
+    g = torch.Generator().manual_seed(10)
+    old_lp = -torch.rand(P * N, T, generator=g) * 3
+    spi2 = torch.rand(P * N, T, generator=g) * 0.5
+    isw = torch.rand(P * N, T, generator=g) + 0.5 if with_is else None
+    ref_adv, ref_ret = core_algos.compute_optimal_token_baseline_advantage(
+        rewards, mask, uids, old_lp, spi2, rollout_is_weights=isw)
+    # padding holds NaN in the log-probs: masked positions must not matter
+    old_nan = torch.where(mask.bool(), old_lp, torch.full_like(old_lp, float("nan")))
+    adv, ret = optimal_token_baseline(rewards, mask, uids, old_nan, spi2, is_weights=isw)
+    torch.testing.assert_close(adv, ref_adv, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ret, ref_ret)
+    assert not torch.equal(adv, ret * mask)  # the baseline did something
