@@ -15,7 +15,7 @@ from rlhf_ext.algorithms import register_policy_loss
 from rlhf_ext.algorithms.registry import POLICY_LOSSES
 
 CLI = [sys.executable, "-m", "openrlhf.cli.train_ppo_ray"]
-NEW_ESTIMATORS = ["grpo", "maxrl", "passk", "reinforce_pp", "reinforce_pp_baseline"]
+NEW_ESTIMATORS = ["grpo", "maxrl", "passk", "reinforce_pp", "reinforce_pp_baseline", "gpg", "opo", "passk_best", "gdpo"]
 
 
 def _env():
@@ -45,7 +45,7 @@ def test_help_lists_new_choices_and_flags(cli_runs):
     choices = out.split("--algo.advantage.estimator {", 1)[1].split("}", 1)[0].split(",")
     assert choices[:7] == ["gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce"]
     assert set(NEW_ESTIMATORS) <= set(choices)
-    assert "{token-mean,seq-mean-token-mean,seq-mean-token-sum,seq-mean-token-sum-norm}" in out
+    assert "{token-mean,seq-mean-token-mean,seq-mean-token-sum,seq-mean-token-sum-norm,token-sum}" in out
     for flag in ("--algo.advantage.passk_k", "--algo.kl.clip", "--reward.functions", "--reward.grader_timeout",
                  "--reward.grader_workers", "--actor.loss_agg_max_len", "--algo.advantage.option"):  # fmt: skip
         assert flag in out
@@ -103,6 +103,11 @@ def test_openrlhf_defaults_untouched(parse):
         (["--algo.kl.clip", "3", "1"], "LO < HI"),
         (["--algo.kl.clip", "1"], "LO HI or 'none'"),
         (["--actor.loss_agg_mode", "seq-sum"], "invalid choice: 'seq-sum'"),
+        (["--actor.loss_agg_mode", "token-sum"], "token-sum works with rlhf_ext's registered policy losses"),
+        (["--algo.advantage.estimator", "gdpo", "--rollout.n_samples_per_prompt", "4"],
+         "needs rlhf_ext's reward to report them: add --reward.functions"),
+        (["--algo.advantage.estimator", "opo", "--rollout.n_samples_per_prompt", "4", "--algo.advantage.option",
+          "lengths=3"], "lengths come from the rollouts"),
         (["--actor.policy_loss_option", "x=1"], "applies to registered losses"),
         (["--reward.remote_url", "rlhf_ext:accuracy:1.0,nosuch:1"], "unknown reward 'nosuch'"),
         (["--reward.grader_workers", "2"], "configure rlhf_ext's reward file"),
@@ -113,6 +118,20 @@ def test_bad_combinations_are_argparse_errors(parse, capfd, argv, message):
         parse(*argv)
     assert exc.value.code == 2
     assert message in capfd.readouterr().err
+
+
+def test_new_estimators_and_token_sum_pass_validation(parse):
+    args = parse("--algo.advantage.estimator", "opo", "--rollout.n_samples_per_prompt", "4")
+    assert args.algo.advantage.estimator == "opo"  # the dry run gave opo stand-in lengths
+    args = parse("--algo.advantage.estimator", "gpg", "--rollout.n_samples_per_prompt", "4",
+                 "--algo.advantage.option", "alpha_count=nonzero_reward", "--actor.policy_loss_type", "pg",
+                 "--actor.loss_agg_mode", "token-sum")
+    assert args.actor.loss_agg_mode == "token-sum"
+    args = parse("--algo.advantage.estimator", "gdpo", "--rollout.n_samples_per_prompt", "4",
+                 "--reward.functions", "accuracy:1.0,format:0.2")
+    assert args.algo.advantage.estimator == "gdpo"
+    args = parse("--algo.kl.estimator", "abs")
+    assert args.algo.kl.estimator == "abs"
 
 
 def test_registered_policy_loss_is_a_choice(parse, capfd):

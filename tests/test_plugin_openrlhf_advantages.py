@@ -255,3 +255,39 @@ def test_nan_reward_goes_to_the_guard_not_a_value_error(em, Experience, name):
     assert event["event"] == "nonfinite_input" and event["where"] == "advantages" and event["estimator"] == name
     assert event["check"].endswith("scores") and event["nan_count"] == 1 and event["inf_count"] == 0
     assert event["first_index"] == [1, 1]  # sample 5 is prompt 1's second sample
+
+
+def test_new_estimators_through_the_patched_path(em, Experience):
+    """gpg / opo / passk_best in OpenRLHF's pipeline equal the functions on the grouped rewards;
+    opo receives each response's length (its action-mask sum), in prompt order."""
+    from rlhf_ext.algorithms import gpg, opo, passk_best
+
+    grouped = BINARY.view(3, 4)
+    lengths = torch.tensor(LENGTHS, dtype=torch.float32).view(3, 4)
+    for name, reference in (("gpg", gpg(grouped)), ("opo", opo(grouped, lengths=lengths)),
+                            ("passk_best", passk_best(grouped))):
+        experiences, mask = make_batch(Experience, BINARY)
+        out = make_maker(em, name, 4).compute_advantages_and_returns(experiences)
+        torch.testing.assert_close(gather(out, "advantages"), reference.reshape(-1, 1) * mask)
+    # OPO by hand, group 1: rewards 1, 0, 0, 1, lengths 3, 5, 1, 4 -> baseline 7 / 13
+    b = 7 / 13
+    torch.testing.assert_close(opo(grouped, lengths=lengths)[0], torch.tensor([1 - b, -b, -b, 1 - b]))
+
+
+def test_gdpo_reads_the_reward_components_from_extra_logs(em, Experience):
+    from rlhf_ext.algorithms import gdpo
+
+    fmt = torch.tensor([1.0, 1, 0, 1, 0, 1, 0, 0, 1, 1, 1, 1])
+    experiences, mask = make_batch(Experience, BINARY + 0.2 * fmt)
+    for e in experiences:  # what rlhf_ext's reward reports per sample (extra_logs -> info)
+        e.info["reward/accuracy"] = BINARY[e.index].clone()
+        e.info["reward/format"] = fmt[e.index].clone()
+    out = make_maker(em, "gdpo", 4).compute_advantages_and_returns(experiences)
+    want = gdpo(BINARY.view(3, 4), components={"accuracy": BINARY.view(3, 4), "format": fmt.view(3, 4)})
+    torch.testing.assert_close(gather(out, "advantages"), want.reshape(-1, 1) * mask)
+    # the third group's format is all 1: only accuracy contributes there
+    torch.testing.assert_close(want[2], grpo(BINARY.view(3, 4))[2])
+
+    experiences, _ = make_batch(Experience, BINARY)
+    with pytest.raises(ValueError, match="rollouts carry none.*--reward.functions"):
+        make_maker(em, "gdpo", 4).compute_advantages_and_returns(experiences)

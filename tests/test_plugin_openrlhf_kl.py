@@ -115,3 +115,23 @@ def test_bad_clip_settings_are_named():
         normalize_kl_clip(["a", "b"])
     with pytest.raises(ValueError, match="LO HI or 'none'"):
         normalize_kl_clip([1, 2, 3])
+
+
+@pytest.mark.parametrize("where", ["em", "actor"])
+def test_abs_estimator_is_added(modules, where):
+    """--algo.kl.estimator abs: |log pi - log pi_ref|, clamped to OpenRLHF's [-10, 10] or --algo.kl.clip."""
+    patched = getattr(modules, where).compute_approx_kl
+    lp, base = log_probs(scale=8.0)
+    want = (lp - base).abs()
+    torch.testing.assert_close(patched(lp, base, kl_estimator="abs"), want.clamp(max=10.0))
+    with settings(["-1", "3"]) as ctx:
+        torch.testing.assert_close(patched(lp, base, kl_estimator="abs"), want.clamp(-1, 3))
+    assert torch.equal(ctx.flags[0], want > 3)
+    with settings("none"):
+        torch.testing.assert_close(patched(lp, base, kl_estimator="abs"), want)
+    # --algo.kl.unbiased_gradient: abs's value with OpenRLHF's unbiased gradient (k1 * grad log pi on-policy)
+    x = lp.clone().requires_grad_()
+    value = patched(x, base, None, "abs", True)
+    torch.testing.assert_close(value, want.clamp(max=10.0))
+    value.sum().backward()
+    torch.testing.assert_close(x.grad, lp - base)

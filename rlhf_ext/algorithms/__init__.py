@@ -27,12 +27,14 @@ from .registry import (
     register_policy_loss,
 )
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
+from .advantages import HOST_INPUTS, gdpo, gpg, host_inputs, opo, optimal_token_baseline, passk_best
 from .policy_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
 from .policy_losses_ratio import cispo, clip_cov, dppo_kl, dppo_tv, gmpo, kl_cov, luspo, sapo, vespo
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
-from .kl import k1, k2, k3, kl_estimate
+from .kl import abs_kl, k1, k2, k3, k3_bias_corrected, k3_plus, kl_estimate
 from .dapo import overlong_penalty, zero_variance_groups
+from .dapo import off_policy_sequence_mask, top_entropy_mask, truncated_completion_mask
 from .preference import nll_loss, simpo_loss, simpo_objective
 from .mismatch import MISMATCH_METRICS, mismatch_stats
 from .checks import deferred_finite_checks
@@ -58,6 +60,13 @@ __all__ = [
     "maxrl",
     "rft",
     "whiten",
+    "gpg",
+    "opo",
+    "passk_best",
+    "gdpo",
+    "optimal_token_baseline",
+    "HOST_INPUTS",
+    "host_inputs",
     "ppo",
     "ppo_clip_fractions",
     "gspo",
@@ -81,8 +90,14 @@ __all__ = [
     "k2",
     "k3",
     "kl_estimate",
+    "abs_kl",
+    "k3_plus",
+    "k3_bias_corrected",
     "zero_variance_groups",
     "overlong_penalty",
+    "truncated_completion_mask",
+    "off_policy_sequence_mask",
+    "top_entropy_mask",
     "simpo_loss",
     "simpo_objective",
     "nll_loss",

@@ -210,3 +210,190 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, shift
     var = torch.where(maskb, (values - mean) ** 2, zero).sum() / count
     out = (values - mean) if shift_mean else values
     return torch.where(maskb, out * torch.rsqrt(var + eps), zero)
+
+
+# Per-sample inputs beyond the scores that an estimator may declare as keyword parameters; every
+# host passes them grouped like the scores ([P, N]) when the estimator's signature names them.
+HOST_INPUTS = ("lengths", "components")
+
+
+def host_inputs(estimator) -> tuple:
+    """The names in :data:`HOST_INPUTS` that ``estimator`` takes (hosts pass those, never as options)."""
+    import inspect
+
+    params = inspect.signature(estimator).parameters
+    return tuple(name for name in HOST_INPUTS if name in params)
+
+
+def _grouped_like(values, scores: torch.Tensor, name: str, estimator: str) -> torch.Tensor:
+    from .checks import as_float_tensor, check_finite
+
+    if values is None:
+        raise ValueError(
+            f"{estimator} needs {name}= (one value per sample, shaped like the scores); this host did not pass it"
+        )
+    values = as_float_tensor(values, f"{estimator}: {name}").to(scores.device)
+    if values.shape != scores.shape:
+        raise ValueError(
+            f"{estimator}: {name} has shape {tuple(values.shape)} but the scores have {tuple(scores.shape)}"
+        )
+    check_finite(values, f"{estimator}: {name}")
+    return values
+
+
+@register_advantage("gpg")
+def gpg(scores, *, f_norm: float = 1.0, alpha_count: str = "valid") -> torch.Tensor:
+    """GPG (Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+    Reasoning", arXiv 2504.02546).
+
+    ``A_i = alpha * (r_i - mean_g) / f_norm``: the group mean as baseline, no std division, and the
+    batch-level correction ``alpha = B / M`` with B the number of samples in the batch (the
+    ``[P, N]`` the estimator is given) and M the samples that count:
+
+    * ``alpha_count="valid"`` (default, the paper's Eq. for ``alpha = B / (B - M_invalid)``): M =
+      samples of groups whose rewards are not all equal, the ones with a non-zero gradient;
+    * ``alpha_count="nonzero_reward"``: M = samples with a non-zero reward, which is what verl
+      0.9.1's ``compute_gpg_outcome_advantage`` counts (``torch.count_nonzero(scores)``). The two
+      differ on all-correct groups (reward 1, advantage 0), which verl counts and the paper does not.
+
+    M is clamped to >= 1 (a batch with no signal has advantage 0 anyway). ``f_norm`` is verl's
+    ``f_norm`` (default 1.0). Use with the plain policy-gradient loss (``pg``) as the paper does.
+    """
+    if alpha_count not in ("valid", "nonzero_reward"):
+        raise ValueError(f"gpg: alpha_count must be 'valid' or 'nonzero_reward', got {alpha_count!r}")
+    if isinstance(f_norm, bool) or not isinstance(f_norm, (int, float)) or not f_norm > 0:
+        raise ValueError(f"gpg: f_norm must be a number > 0, got {f_norm!r}")
+    scores = check_scores(scores, min_group_size=2, estimator="gpg")
+    if alpha_count == "valid":
+        low, high = torch.aminmax(scores, dim=1, keepdim=True)
+        counted = (low != high).expand_as(scores).sum()
+    else:
+        counted = torch.count_nonzero(scores)
+    alpha = scores.numel() / counted.clamp(min=1).to(scores.dtype)
+    return alpha * (scores - _group_mean(scores)) / f_norm
+
+
+@register_advantage("opo")
+def opo(scores, *, lengths=None) -> torch.Tensor:
+    """OPO, On-Policy RL with Optimal reward baseline (Hao et al. 2025, arXiv 2505.23585).
+
+    ``A_i = r_i - b``, ``b = sum_j |y_j| r_j / sum_j |y_j|``: the group's length-weighted mean
+    reward, the variance-minimising baseline for a sequence-level policy gradient when the gradient
+    norm grows with the response length. ``lengths`` (response lengths in tokens, one per sample,
+    shaped like ``scores``) is passed by every host. Matches verl 0.9.1's
+    ``compute_opo_outcome_advantage`` (algorithm.adv_estimator=opo) on groups of two or more;
+    single-sample groups are refused as for every group estimator here (verl uses baseline 0).
+    """
+    scores = check_scores(scores, min_group_size=2, estimator="opo")
+    lengths = _grouped_like(lengths, scores, "lengths", "opo")
+    if bool((lengths <= 0).any()):
+        raise ValueError("opo: lengths must be > 0 (every response has at least one token)")
+    baseline = (lengths * scores).sum(dim=1, keepdim=True) / lengths.sum(dim=1, keepdim=True)
+    return scores - baseline
+
+
+@register_advantage("passk_best")
+def passk_best(scores, *, norm_adv_by_std_in_grpo: bool = True, eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """Pass@k training as a max over the group (Walder & Karkhanis 2025, "Pass@K Policy
+    Optimization", arXiv 2503.19595); verl's ``grpo_passk``.
+
+    Only each group's best sample gets an advantage, ``A_best = (r_max - r_second) / (std_g + eps)``
+    (the gain its presence brings to the group's max reward), every other sample 0. With
+    ``norm_adv_by_std_in_grpo=False`` (verl's key) there is no std division. Ties for the best go
+    to the first such sample (as ``torch.topk``), and then ``r_max - r_second = 0``. ``std`` is the
+    unbiased group std. Matches verl 0.9.1's ``compute_grpo_passk_outcome_advantage``.
+    """
+    if not eps >= 0:
+        raise ValueError(f"passk_best: eps must be >= 0, got {eps!r}")
+    scores = check_scores(scores, min_group_size=2, estimator="passk_best")
+    top, top_idx = torch.topk(scores, 2, dim=1)
+    gain = top[:, :1] - top[:, 1:2]
+    if norm_adv_by_std_in_grpo:
+        gain = gain / (scores.std(dim=1, unbiased=True, keepdim=True) + eps)
+    out = torch.zeros_like(scores)
+    return out.scatter(1, top_idx[:, :1], gain)
+
+
+@register_advantage("gdpo")
+def gdpo(scores, *, components=None, weights=None, eps: float = DEFAULT_EPS,
+         norm_adv_by_std_in_grpo: bool = True) -> torch.Tensor:
+    """GDPO, group reward-decoupled normalisation (Liu et al. 2026, arXiv 2601.05242).
+
+    ``A_i = sum_k w_k (r_ik - mean_g(r_k)) / (std_g(r_k) + eps)``: each reward component is
+    normalised within its group before the weighted sum, so a component with a large spread does
+    not drown the others (GRPO normalises the sum). ``components``: mapping name -> values shaped
+    like ``scores`` (rlhf_ext's weighted rewards carry their unweighted components; hosts pass
+    them). ``weights``: mapping name -> weight, default 1 each (verl's ``gdpo_reward_weights``,
+    given as a list there). ``scores`` are not used except for their shape. verl 0.9.1's ``gdpo``
+    then whitens the token advantages over the batch; hosts here leave that to the caller (see
+    docs/algorithms.md). Each component's all-equal groups contribute 0.
+    """
+    scores = check_scores(scores, min_group_size=2, estimator="gdpo")
+    if not components:
+        raise ValueError(
+            "gdpo needs components= (reward name -> per-sample values); use a weighted rlhf_ext reward "
+            "such as accuracy:1.0,format:0.2 so the host can pass its components"
+        )
+    if weights is None:
+        weights = {}
+    if not hasattr(weights, "items"):
+        raise ValueError(f"gdpo: weights must map component names to numbers, got {weights!r}")
+    unknown = sorted(set(weights) - set(components))
+    if unknown:
+        raise ValueError(f"gdpo: weights name unknown components {unknown}; components: {sorted(components)}")
+    total = torch.zeros_like(scores)
+    for name, values in components.items():
+        values = _grouped_like(values, scores, f"components[{name!r}]", "gdpo")
+        total = total + float(weights.get(name, 1.0)) * grpo(
+            values, eps=eps, std_scope="group" if norm_adv_by_std_in_grpo else "none")
+    return total
+
+
+def optimal_token_baseline(token_rewards: torch.Tensor, mask: torch.Tensor, groups, old_log_probs: torch.Tensor,
+                           sum_pi_squared: torch.Tensor, *, is_weights: Optional[torch.Tensor] = None,
+                           handle_zero_tail: bool = True, eps: float = 1e-8):
+    """Optimal token baseline (OTB, arXiv 2602.07078; verl 0.9.1's ``optimal_token_baseline``),
+    token-level: returns ``(advantages, returns)``, both ``[B, T]``.
+
+    ``G_t`` = reward-to-go; per token ``w_t = 1 - 2 pi_t + sum_v pi_v^2`` (the squared norm of the
+    score of the sampled token, ``pi_t = exp(old_log_probs)``), times ``is_weights^2`` when given;
+    ``W_t = sum_{j<=t} w_j`` (cumulative path variance). Within each prompt group (``groups``: one
+    id per row) ``B_t = sum_i G_it W_it / (sum_i W_it + eps)`` over the rows that reach t, and
+    ``A_t = G_t - B_t``. A group of one has no baseline. ``handle_zero_tail`` (verl's key): the part
+    of a group's unique longest response beyond the second longest gets baseline 0.
+
+    Needs the per-token ``sum_pi_squared`` over the vocabulary, which only verl's actor computes
+    (``actor.calculate_sum_pi_squared``); it is not a registered outcome estimator, and no host
+    adapter passes it (use verl's own ``algorithm.adv_estimator=optimal_token_baseline``).
+    """
+    maskb = check_token_inputs(mask, token_rewards=token_rewards, old_log_probs=old_log_probs,
+                               sum_pi_squared=sum_pi_squared)
+    m = maskb.to(token_rewards.dtype)
+    zero = token_rewards.new_zeros(())
+    rewards = torch.where(maskb, token_rewards, zero)
+    returns = rewards.flip(-1).cumsum(-1).flip(-1)
+    w = 1 - 2 * torch.exp(torch.where(maskb, old_log_probs, zero)) + torch.where(maskb, sum_pi_squared, zero)
+    if is_weights is not None:
+        w = w * torch.where(maskb, is_weights, zero) ** 2
+    w_cum = (w * m).cumsum(-1)
+    ids = list(groups)
+    if len(ids) != mask.shape[0]:
+        raise ValueError(f"optimal_token_baseline: {len(ids)} group ids for {mask.shape[0]} rows")
+    rows_of = {}
+    for row, gid in enumerate(ids):
+        rows_of.setdefault(gid.item() if hasattr(gid, "item") else gid, []).append(row)
+    baselines = torch.zeros_like(returns)
+    for rows in rows_of.values():
+        if len(rows) < 2:
+            continue
+        idx = torch.tensor(rows, device=mask.device)
+        mg = m[idx]
+        base = (returns[idx] * w_cum[idx] * mg).sum(0) / ((w_cum[idx] * mg).sum(0) + eps)
+        baselines[idx] = base.expand(len(rows), -1)
+        if handle_zero_tail:
+            lengths = mg.sum(-1)
+            top2 = torch.topk(lengths, 2).values
+            longest = (lengths == top2[0]).nonzero().flatten()
+            if longest.numel() == 1 and top2[0] > top2[1]:
+                baselines[rows[int(longest[0])], int(top2[1]):] = 0.0
+    return (returns - baselines) * m, returns

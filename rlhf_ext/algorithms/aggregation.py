@@ -13,7 +13,7 @@ import torch
 
 from .checks import check_token_inputs
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 
 
 def _positive(value, name: str) -> float:
@@ -43,7 +43,11 @@ def aggregate_loss(
     * ``seq-mean-token-mean``: ``(1/num_seqs) sum_i (1/|y_i|) sum_t L_it`` -- original GRPO;
     * ``seq-mean-token-sum``: ``(1/num_seqs) sum_i sum_t L_it``;
     * ``seq-mean-token-sum-norm``: ``sum(mask L) / (max_len * num_seqs)`` -- Dr.GRPO's constant
-      normaliser (arXiv 2503.20783), with ``max_len`` the generation budget (max response length).
+      normaliser (arXiv 2503.20783), with ``max_len`` the generation budget (max response length);
+    * ``token-sum``: ``sum(mask L)``, no normaliser (verl's ``token-sum``): the gradient grows with
+      the number of tokens, so the learning rate must be sized for the batch's token count. Under
+      data parallelism hosts average gradients over ranks, so a rank's sum is the global sum / dp
+      size (verl multiplies by ``dp_size`` to undo that; the caller does it here).
 
     ``num_tokens``, ``num_seqs`` default to this batch's counts and ``max_len`` to ``T``. Pass the
     *global* counts (over all gradient-accumulation micro-batches and data-parallel ranks) so the
@@ -65,6 +69,8 @@ def aggregate_loss(
         return masked.sum() / (num_tokens if num_tokens is not None else m.sum())
     if mode == "seq-mean-token-mean":
         return (masked.sum(dim=1) / m.sum(dim=1)).sum() / num_seqs
+    if mode == "token-sum":
+        return masked.sum()
     if mode == "seq-mean-token-sum":
         return masked.sum() / num_seqs
     if max_len is None:

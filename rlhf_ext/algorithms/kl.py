@@ -51,6 +51,44 @@ def k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     return torch.exp(-lr) - 1.0 + lr
 
 
+@register_kl_estimator("abs")
+def abs_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """``|log pi - log pi_ref|`` (verl's and MindSpeed-RL's ``abs``): ``|k1|``, >= 0, biased."""
+    _shapes(log_probs, ref_log_probs)
+    return (log_probs - ref_log_probs).abs()
+
+
+@register_kl_estimator("k3+")
+def k3_plus(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """k3's value with k2's gradient (verl's ``k3+``, ``core_algos.kl_penalty``), for KL as a loss.
+
+    The expectation of k3 is KL(pi || pi_ref) but the expectation of its gradient is not the
+    gradient of KL; k2's is (``E[lr grad log pi] = grad KL`` for on-policy samples). Straight
+    through: ``k2 - k2.detach() + k3.detach()``. verl clamps the k3 value first (log ratio to
+    +-20, value to [-10, 10]); :func:`kl_estimate` applies such clamps explicitly, to the value only.
+    """
+    _shapes(log_probs, ref_log_probs)
+    backward = 0.5 * (log_probs - ref_log_probs).square()
+    return backward - backward.detach() + k3(log_probs, ref_log_probs).detach()
+
+
+k3_plus.gradient_of = k2  # kl_estimate: its clamps bound k3's value, the gradient stays k2's
+
+
+def k3_bias_corrected(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+    """k3 weighted by the importance ratio ``pi / pi_old`` (DeepSeek-V3.2, arXiv 2512.02556, Eq. for
+    the unbiased KL estimate; TRL 1.16's ``use_bias_correction_kl``), for KL as a loss on samples
+    drawn from ``pi_old``.
+
+    ``KL_t = (pi / pi_old) * (pi_ref / pi - log(pi_ref / pi) - 1)``; the ratio is not detached (as
+    in TRL), so its gradient is the unbiased gradient of KL(pi || pi_ref) when tokens come from
+    ``pi_old``. With ``old_log_probs == log_probs.detach()`` the value is k3.
+    """
+    _shapes(log_probs, ref_log_probs)
+    _shapes(log_probs, old_log_probs)
+    return k3(log_probs, ref_log_probs) * torch.exp(log_probs - old_log_probs)
+
+
 def _check_clip(clip) -> Optional[Tuple[float, float]]:
     if clip is None:
         return None
@@ -98,7 +136,18 @@ def kl_estimate(
     else:
         # Re-express the clamped log ratio as a pair of log-probs so any registered estimator applies.
         kl = fn(ref_log_probs + lr_clipped, ref_log_probs)
-    kl_clipped = kl if bounds is None else kl.clamp(bounds[0], bounds[1])
+    surrogate = getattr(fn, "gradient_of", None)
+    if surrogate is not None:
+        # A straight-through estimator (k3+): both clamps bound the value only; the gradient is the
+        # surrogate's on the unclamped log ratio, as verl computes it. Adding the zero-valued
+        # surrogate term (not subtracting the clamped difference) avoids float cancellation.
+        grad_term = surrogate(log_probs, ref_log_probs)
+        value = kl.detach() if bounds is None else kl.detach().clamp(bounds[0], bounds[1])
+        kl_clipped = value + (grad_term - grad_term.detach())
+    elif bounds is None:
+        kl_clipped = kl
+    else:
+        kl_clipped = kl.clamp(bounds[0], bounds[1])
 
     weight = torch.ones_like(kl) if mask is None else mask.to(kl.dtype)
     denom = weight.sum().clamp(min=1.0)

@@ -19,6 +19,7 @@ from rlhf_ext.algorithms import (
     available_policy_losses,
     get_advantage,
     get_policy_loss,
+    host_inputs,
     kl_estimate,
     overlong_penalty,
     zero_variance_groups,
@@ -46,9 +47,14 @@ def main(argv=None) -> int:
 
     print("\nAdvantages per estimator (rows = prompts):")
     advantages = {}
+    # what a host passes to estimators that take more than the scores (opo: response lengths; gdpo:
+    # the reward's components, here correctness and a toy format score)
+    host = {"lengths": torch.tensor([[3.0, 5, 8, 2], [6, 7, 4, 8], [1, 5, 3, 6]]),
+            "components": {"accuracy": scores, "format": torch.tensor([[1.0, 1, 0, 1], [1, 0, 1, 1], [0, 1, 1, 1]])}}
     for name in available_advantages():
         opts = ESTIMATOR_OPTIONS.get(name, {})
-        adv = get_advantage(name)(scores, **opts)
+        fn = get_advantage(name)
+        adv = fn(scores, **opts, **{k: host[k] for k in host_inputs(fn)})
         advantages[name] = adv
         label = name + "".join(f" {k}={v}" for k, v in opts.items())
         print(f"  {label:<24}" + "  |  ".join(_row(r) for r in adv.tolist()))

@@ -6,7 +6,7 @@ import torch
 from ms_helpers import StandInTransferDock, dock_columns
 from types import SimpleNamespace
 
-from rlhf_ext.algorithms import available_advantages, get_advantage, whiten
+from rlhf_ext.algorithms import available_advantages, get_advantage, host_inputs, whiten
 from rlhf_ext.patches.mindspeed_rl import ConfiguredName, compat
 
 TOKENIZER = SimpleNamespace(pad=0, eod=0)
@@ -29,7 +29,9 @@ def run_task(task, estimator, scores=SCORES, lengths=LENGTHS, micro=8):
 
 def expected(name, options=None):
     grouped = torch.tensor(SCORES).reshape(-1, N)
-    adv = get_advantage(name)(grouped, **(options or {})).reshape(-1)
+    inputs = {"lengths": torch.tensor(LENGTHS, dtype=torch.float32).reshape(-1, N)}
+    fn = get_advantage(name)
+    adv = fn(grouped, **(options or {}), **{k: inputs[k] for k in host_inputs(fn)}).reshape(-1)
     width = max(LENGTHS)
     mask = torch.tensor([[1.0 if t < length else 0.0 for t in range(width)] for length in LENGTHS])
     tokens = adv[:, None] * mask
@@ -48,7 +50,9 @@ def test_the_trainers_use_the_patched_task(local_ray):
         assert module.compute_advantage is advantages.compute_advantage, module.__name__
 
 
-@pytest.mark.parametrize("name", [n for n in available_advantages()])
+# estimators that need the reward's components are refused at start-up (MindSpeed-RL has only rm_scores)
+@pytest.mark.parametrize("name", [n for n in available_advantages()
+                                  if "components" not in host_inputs(get_advantage(n))])
 def test_every_rlhf_ext_estimator_spreads_its_values_over_the_tokens(local_ray, name):
     from mindspeed_rl.trainer.utils import compute_utils
 
@@ -114,3 +118,27 @@ def test_bad_group_size_is_reported_by_the_task(local_ray):
         ray.get(compute_utils.compute_advantage.options(num_cpus=0.1).remote(
             dock, 1.0, 0.95, adv_estimator="rloo", experience_count=6, tokenizer=TOKENIZER,
             global_batch_size=6, guarantee_order=False, n_sample_per_prompt=N))
+
+
+def test_new_estimators_hand_computed(local_ray):
+    from mindspeed_rl.trainer.utils import compute_utils
+
+    # OPO, group 1: scores 1, 0, 0, 1 with lengths 3, 5, 2, 4 -> baseline (3 + 4) / 14 = 0.5
+    adv, _ = run_task(compute_utils.compute_advantage, "opo")
+    assert [a[0].item() for a in adv[:4]] == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    # GPG: B = 8, both groups varied -> alpha = 1; A = r - mean (group 2 mean 1/4)
+    adv, _ = run_task(compute_utils.compute_advantage, "gpg")
+    assert [a[0].item() for a in adv] == pytest.approx([0.5, -0.5, -0.5, 0.5, -0.25, -0.25, -0.25, 0.75])
+    # passk_best: only the first best sample of each group, (1 - 1) / std = 0 in group 1 (a tie), and
+    # (1 - 0) / std in group 2 (std of 0, 0, 0, 1 = 1/2)
+    adv, _ = run_task(compute_utils.compute_advantage, "passk_best")
+    assert [a[0].item() for a in adv] == pytest.approx([0, 0, 0, 0, 0, 0, 0, 2.0], abs=1e-4)
+
+
+def test_gdpo_is_refused_at_config_time():
+    from rlhf_ext.patches.mindspeed_rl.config import ConfigError, check_estimator
+
+    with pytest.raises(ConfigError, match="receives only the summed rm_scores"):
+        check_estimator("gdpo", {})
+    with pytest.raises(ConfigError, match="lengths comes from the rollouts"):
+        check_estimator("opo", {"lengths": 3})

@@ -201,3 +201,20 @@ def test_ratio_losses_inside_mindspeed_rls_actor_loss(stage, name):
     assert stats["actor/ppo_kl"] == pytest.approx(float(metrics["ppo_kl"]), abs=1e-6)
     assert stats["actor/pg_clipfrac"] == pytest.approx(
         float(metrics.get("clip_frac_low", 0.0)) + float(metrics.get("clip_frac_high", 0.0)), abs=1e-6)
+
+
+def test_k3_plus_has_k3s_value_and_k2s_gradient():
+    """kl_penalty: k3+ (verl's name): the unbiased KL-loss gradient; the [-10, 10] clamp bounds the value only."""
+    from mindspeed_rl.utils import compute
+
+    from rlhf_ext.patches.mindspeed_rl.config import check_kl
+
+    assert check_kl("k3+", None) is None
+    lp = torch.tensor([0.5, -1.0, -30.0], requires_grad=True)
+    ref = torch.zeros(3)
+    value = compute.compute_kl_penalty(lp, ref, "k3+")
+    assert value[0].item() == pytest.approx(math.exp(-0.5) - 1 + 0.5)
+    assert value[2].item() == 10.0  # clamped
+    value.sum().backward()
+    # lr, k2's gradient, also where the value is clamped (of the unclamped log ratio, as verl's k3+)
+    assert lp.grad.tolist() == pytest.approx([0.5, -1.0, -30.0])

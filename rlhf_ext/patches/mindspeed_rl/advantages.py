@@ -23,7 +23,7 @@ from __future__ import annotations
 import ray
 import torch
 
-from rlhf_ext.algorithms import get_advantage, whiten
+from rlhf_ext.algorithms import get_advantage, host_inputs, whiten
 
 from .config import MINDSPEED_ESTIMATORS, WHITENED_ESTIMATORS, settings_of
 
@@ -49,8 +49,13 @@ def estimator_advantages(name: str, scores: torch.Tensor, mask: torch.Tensor, n:
     if n < 1 or flat.numel() % n:
         raise ValueError(f"{flat.numel()} responses cannot be split into groups of n_samples_per_prompt={n}")
     grouped = flat.reshape(-1, n)
+    inputs = {}
+    for needed in host_inputs(estimator):
+        if needed != "lengths":  # refused at start-up by config.check_estimator
+            raise ValueError(f"advantage estimator {name!r} needs the reward's {needed}, which MindSpeed-RL does not pass")
+        inputs["lengths"] = mask.to(torch.float32).sum(dim=-1).reshape(grouped.shape)
     try:
-        adv = estimator(grouped, **dict(options or {}))
+        adv = estimator(grouped, **dict(options or {}), **inputs)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"advantage estimator {name!r} failed on this batch: {exc}") from exc
     if adv.shape != grouped.shape:

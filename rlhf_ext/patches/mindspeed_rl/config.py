@@ -15,7 +15,7 @@ key                        meaning
 ``loss_agg_mode``          ``token-mean``, ``seq-mean-token-mean``, ``seq-mean-token-sum``,
                            ``seq-mean-token-sum-norm`` (Dr.GRPO's constant normaliser)
 ``loss_agg_max_len``       the constant of ``seq-mean-token-sum-norm`` (the generation budget)
-``kl_penalty``             also ``k1``, ``k2``, ``k3``
+``kl_penalty``             also ``k1``, ``k2``, ``k3``, ``k3+`` (k3's value, k2's gradient)
 ``kl_clip``                ``[lo, hi]`` or ``none``: replaces the hard-coded [-10, 10]
 ``verifier_function``      also ``rlhf_ext:NAME`` (an rlhf_ext reward or preset), weights as usual;
                            rlhf_ext rewards grade with a per-sample timeout of
@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 # What MindSpeed-RL 2.1.0 implements itself; these keep its exact code paths.
 MINDSPEED_ESTIMATORS = ("group_norm", "gae")
 MINDSPEED_KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl")
-RLHF_EXT_KL_PENALTIES = ("k1", "k2", "k3")
+RLHF_EXT_KL_PENALTIES = ("k1", "k2", "k3", "k3+")
 # rule_verifier.verifier's local table in 2.1.0: name -> module-level function it calls.
 MINDSPEED_VERIFIERS = {
     "acc": "accuracy_reward",
@@ -121,7 +121,18 @@ def check_estimator(name, options) -> Dict[str, Any]:
 
     from rlhf_ext.algorithms import get_advantage
 
+    from rlhf_ext.algorithms import host_inputs
+
     fn = get_advantage(name)
+    taken = host_inputs(fn)
+    if "components" in taken:
+        raise ConfigError(
+            f"rl_config.adv_estimator={name!r} normalises each reward component separately, and MindSpeed-RL's "
+            "advantage task receives only the summed rm_scores (no components); use group_norm or another estimator"
+        )
+    for key in options:
+        if key in taken:
+            raise ConfigError(f"rl_config.adv_estimator_options.{key}: {key} comes from the rollouts, not from the config")
     params = inspect.signature(fn).parameters
     takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
     named = [p for p, v in params.items() if v.kind == v.KEYWORD_ONLY]

@@ -4,6 +4,8 @@ MindSpeed-RL's estimators are ``kl`` (= k1), ``abs``, ``mse`` (= k2) and ``low_v
 the log ratio clamped to +-20 and the result to a hard-coded [-10, 10]). The replacement:
 
 * a plain name of MindSpeed-RL's without ``rl_config.kl_clip``: the original, bit for bit;
+* ``k3+``: k3's value with k2's gradient (verl's ``k3+``, unbiased KL-loss gradient; the value
+  clamp leaves that gradient alone), see :func:`rlhf_ext.algorithms.k3_plus`;
 * ``k1``/``k2``/``k3`` (Schulman 2020, joschu.net/blog/kl-approx.html) through
   :func:`rlhf_ext.algorithms.kl_estimate` with the log ratio clamped to +-20 (as MindSpeed-RL does
   before ``exp``) and the value clamped to ``kl_clip`` (default [-10, 10]; ``none``: no clamp);
@@ -23,7 +25,7 @@ import torch
 
 from .config import DEFAULT_KL_CLIP, MINDSPEED_KL_PENALTIES, kl_clip_of, settings_of
 
-_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3", "k1": "k1", "k2": "k2", "k3": "k3"}
+_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3", "k1": "k1", "k2": "k2", "k3": "k3", "k3+": "k3+"}
 LOG_RATIO_CLIP = 20.0
 
 # Which values the latest call in this thread clamped, read by the loss for its metrics (the seam
@@ -43,8 +45,13 @@ def rlhf_ext_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, name: str, c
         value = (log_prob - ref_log_prob).abs()
     else:
         value, _ = kl_estimate(log_prob, ref_log_prob, _ALIASES[name], clip=None, log_ratio_clip=LOG_RATIO_CLIP)
-    clamped = value if bounds is None else value.clamp(bounds[0], bounds[1])
-    _last.clipped = (clamped != value).detach()
+    if name == "k3+":  # the clamps bound the value; the straight-through k2 gradient stays (as verl)
+        clamped, _ = kl_estimate(log_prob, ref_log_prob, "k3+", clip=bounds, log_ratio_clip=LOG_RATIO_CLIP)
+    elif bounds is None:
+        clamped = value
+    else:
+        clamped = value.clamp(bounds[0], bounds[1])
+    _last.clipped = (clamped.detach() != value.detach())
     return clamped
 
 

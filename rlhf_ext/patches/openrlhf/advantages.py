@@ -31,7 +31,7 @@ from typing import List, Tuple
 
 import torch
 
-from rlhf_ext.algorithms import deferred_finite_checks, get_advantage, whiten
+from rlhf_ext.algorithms import deferred_finite_checks, get_advantage, host_inputs, whiten
 
 from .config import (
     DISCOUNTED_ESTIMATORS,
@@ -155,8 +155,11 @@ def _registered_estimator(maker, experiences, name: str, module):
     if step_metrics(args):
         attach_zero_variance(experiences, grouped, indices, exp_len)
 
+    inputs = {}
+    for needed in host_inputs(estimator):
+        inputs[needed] = _host_input(needed, experiences, n)
     try:
-        advantages = estimator(grouped, **options)
+        advantages = estimator(grouped, **options, **inputs)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"advantage estimator {name!r} failed on this batch: {exc}") from exc
     if advantages.shape != grouped.shape:
@@ -195,6 +198,24 @@ def _registered_estimator(maker, experiences, name: str, module):
                     experience.advantages = experience.advantages.clone()
                     experience.advantages[flags] = float("nan")
     return experiences
+
+
+COMPONENT_PREFIX = "reward/"  # rlhf_ext's reward puts each unweighted component in extra_logs under this
+
+
+def _host_input(needed: str, experiences, n: int):
+    """An estimator's extra per-sample input (:data:`rlhf_ext.algorithms.HOST_INPUTS`), grouped like the rewards."""
+    if needed == "lengths":
+        lengths = [e.action_mask.sum(dim=-1).to(torch.float32) for e in experiences]
+        return group_values(experiences, lengths, n)[0]
+    keys = sorted({k for e in experiences for k in e.info if k.startswith(COMPONENT_PREFIX)})
+    if not keys or any(k not in e.info for e in experiences for k in keys):
+        raise ValueError(
+            "this estimator needs the reward's components, and the rollouts carry none (use rlhf_ext's "
+            "weighted reward, --reward.functions accuracy:1.0,format:0.2, whose extra_logs hold them)"
+        )
+    return {k[len(COMPONENT_PREFIX):]: group_values(experiences, [e.info[k].to(torch.float32).reshape(-1)
+                                                                for e in experiences], n)[0] for k in keys}
 
 
 def _whiten_batch(experiences, *, no_std_norm: bool) -> None:

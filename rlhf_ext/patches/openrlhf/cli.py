@@ -101,8 +101,15 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
         "Policy-loss aggregation: token-mean (global token mean, DAPO), seq-mean-token-mean (mean of per-sequence "
         "means, GRPO), seq-mean-token-sum (mean of per-sequence sums), seq-mean-token-sum-norm (sum over tokens / "
         "(max_len x sequences), Dr.GRPO; max_len from --actor.loss_agg_max_len, else --rollout.max_new_tokens, "
-        "else --data.max_len)"
+        "else --data.max_len), token-sum (sum over tokens, no normaliser, verl's token-sum)"
     )
+
+    from .kl import RLHF_EXT_KL_ESTIMATORS
+
+    kl_est = actions.get("--algo.kl.estimator")
+    if kl_est is not None and kl_est.choices:
+        kl_est.choices = list(kl_est.choices) + [n for n in RLHF_EXT_KL_ESTIMATORS if n not in kl_est.choices]
+        kl_est.help = f"{kl_est.help} -- with --plugin rlhf_ext also: abs (|log pi - log pi_ref|)"
 
     group = parser.add_argument_group(
         "rlhf_ext plugin",
@@ -177,12 +184,17 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
 def _dry_run_estimator(name: str, n: int, options: Dict) -> None:
     import torch
 
-    from rlhf_ext.algorithms import get_advantage
+    from rlhf_ext.algorithms import get_advantage, host_inputs
 
     scores = torch.zeros(1, n)
     scores[0, 0] = 1.0  # binary and, for n > 1, not a zero-variance group
+    fn = get_advantage(name)
+    stand_ins = {"lengths": torch.ones(1, n), "components": {"accuracy": scores}}
+    reserved = sorted(set(options) & set(stand_ins))
+    if reserved:
+        raise ValueError(f"{', '.join(reserved)} come from the rollouts, not from --algo.advantage.option")
     try:
-        get_advantage(name)(scores, **options)
+        fn(scores, **options, **{k: stand_ins[k] for k in host_inputs(fn)})
     except TypeError as exc:
         raise ValueError(f"estimator {name!r} rejects the options {sorted(options)}: {exc}") from None
 
@@ -254,6 +266,13 @@ def finalize(namespace) -> Dict[str, str]:
             raise ValueError(f"--actor.policy_loss_type {loss_type}: {exc}") from None
 
     mode = _ns(namespace, "actor.loss_agg_mode", "token-mean")
+    if mode == "token-sum" and loss_type in OPENRLHF_POLICY_LOSSES:
+        # OpenRLHF's own PolicyLoss knows only token-mean and per-sequence means; it would
+        # silently aggregate a token sum as seq-mean-token-mean.
+        raise ValueError(
+            f"--actor.loss_agg_mode token-sum works with rlhf_ext's registered policy losses (e.g. pg), "
+            f"not with OpenRLHF's own {loss_type!r}"
+        )
     max_len = _ns(namespace, "actor.loss_agg_max_len")
     if max_len is not None and max_len < 1:
         raise ValueError(f"--actor.loss_agg_max_len must be >= 1, got {max_len}")
@@ -277,6 +296,7 @@ def finalize(namespace) -> Dict[str, str]:
     setattr(namespace, "reward.remote_url", remote_url)
     env.update(mismatch.finalize(namespace))
     _warn_binary_estimator_on_shaped_reward(estimator, _ns(namespace, "algo.advantage.input", "reward"), env)
+    _refuse_components_without_reward(estimator, env)
     return env
 
 
@@ -288,6 +308,19 @@ LENGTH_PENALTY_FLAGS = (
     ("reward.overlong_buffer_len", "--reward.overlong_buffer_len", "DAPO overlong penalty"),
     ("reward.stop_properly_penalty_coef", "--reward.stop_properly_penalty_coef", "ProRL stop-properly penalty"),
 )
+
+
+def _refuse_components_without_reward(estimator, env) -> None:
+    """gdpo reads the reward's components, which only rlhf_ext's reward reports (in extra_logs)."""
+    if estimator in OPENRLHF_ESTIMATORS or "RLHF_EXT_REWARD" in env:
+        return
+    from rlhf_ext.algorithms import get_advantage, host_inputs
+
+    if "components" in host_inputs(get_advantage(estimator)):
+        raise ValueError(
+            f"--algo.advantage.estimator {estimator} normalises each reward component separately and needs "
+            "rlhf_ext's reward to report them: add --reward.functions (e.g. accuracy:1.0,format:0.2)"
+        )
 
 
 def _refuse_penalties_on_scores(namespace, estimator) -> None:

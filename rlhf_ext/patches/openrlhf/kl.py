@@ -33,6 +33,7 @@ from .config import KL_CLIP_OPENRLHF_DEFAULT, OPENRLHF_KL_CLIP, kl_clip, step_me
 KL_CLIP_FRAC_KEY = "kl_clip_frac"
 LOG_RATIO_CLIP = 20.0
 _NON_NEGATIVE = ("k2", "k3")  # OpenRLHF's estimators that are >= 0 by construction
+RLHF_EXT_KL_ESTIMATORS = ("abs",)  # added to --algo.kl.estimator by the plugin
 
 
 @dataclass
@@ -81,6 +82,9 @@ def make_compute_approx_kl(original, module=None):
     @functools.wraps(original)
     def compute_approx_kl(log_probs, log_probs_base, log_probs_old=None, kl_estimator="k1", unbiased_gradient=False):
         ctx = _context.get()
+        if kl_estimator in RLHF_EXT_KL_ESTIMATORS:
+            return _rlhf_ext_estimator(original, ctx, log_probs, log_probs_base, log_probs_old, kl_estimator,
+                                       unbiased_gradient)
         if ctx is None or (ctx.clip == KL_CLIP_OPENRLHF_DEFAULT and not ctx.record):
             return original(log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient)
         if ctx.clip == KL_CLIP_OPENRLHF_DEFAULT:
@@ -108,6 +112,23 @@ def make_compute_approx_kl(original, module=None):
         return value.detach() + (straight_through - straight_through.detach())
 
     return compute_approx_kl
+
+
+def _rlhf_ext_estimator(original, ctx, log_probs, log_probs_base, log_probs_old, kl_estimator, unbiased_gradient):
+    """``--algo.kl.estimator abs`` (``|log pi - log pi_ref|``, verl's and MindSpeed-RL's ``abs``), clamped
+    like OpenRLHF's estimators (its [-10, 10], or ``--algo.kl.clip``); with ``--algo.kl.unbiased_gradient``
+    OpenRLHF's own straight-through gradient (identical for every estimator) replaces abs's."""
+    clip = OPENRLHF_KL_CLIP if ctx is None or ctx.clip == KL_CLIP_OPENRLHF_DEFAULT else ctx.clip
+    raw, _ = kl_estimate(log_probs.float(), log_probs_base.float(), kl_estimator, clip=None, log_ratio_clip=None)
+    value = raw if clip is None else raw.clamp(clip[0], clip[1])
+    if ctx is not None and ctx.record:
+        with torch.no_grad():
+            ctx.flags.append(torch.zeros_like(raw, dtype=torch.bool) if clip is None
+                             else (raw < clip[0]) | (raw > clip[1]))
+    if not unbiased_gradient:
+        return value
+    straight_through = original(log_probs, log_probs_base, log_probs_old, "k1", True)
+    return value.detach() + (straight_through - straight_through.detach())
 
 
 def clipped_fraction(flags: Optional[torch.Tensor], action_mask: torch.Tensor, per_sample: bool) -> Optional[torch.Tensor]:

@@ -57,7 +57,10 @@ def estimator_options(config: Any, name: str, estimator: Callable) -> Dict[str, 
     params = inspect.signature(estimator).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return options
-    accepted = [p for p, v in list(params.items())[1:] if v.kind in (v.KEYWORD_ONLY, v.POSITIONAL_OR_KEYWORD)]
+    from rlhf_ext.algorithms import HOST_INPUTS
+
+    accepted = [p for p, v in list(params.items())[1:]
+                if v.kind in (v.KEYWORD_ONLY, v.POSITIONAL_OR_KEYWORD) and p not in HOST_INPUTS]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(
@@ -76,7 +79,7 @@ def group_rows(index) -> "OrderedDict[Any, List[int]]":
 
 
 def outcome_advantages(name: str, estimator: Callable, scores: torch.Tensor, index,
-                       options: Mapping[str, Any]) -> torch.Tensor:
+                       options: Mapping[str, Any], inputs: Optional[Mapping[str, torch.Tensor]] = None) -> torch.Tensor:
     """Per-row advantages ``[B]`` from per-row outcomes ``[B]`` grouped by ``index``."""
     if index is None:
         raise ValueError(f"advantage estimator {verl_name(name)!r} needs verl's 'uid' groups "
@@ -90,7 +93,7 @@ def outcome_advantages(name: str, estimator: Callable, scores: torch.Tensor, ind
     for size, groups in by_size.items():
         rows = torch.tensor(groups, dtype=torch.long, device=scores.device)  # [prompts, size]
         try:
-            adv = estimator(scores[rows], **options)
+            adv = estimator(scores[rows], **options, **{k: v[rows] for k, v in (inputs or {}).items()})
         except (TypeError, ValueError) as exc:
             raise ValueError(f"advantage estimator {verl_name(name)!r} failed on groups of {size} "
                              f"(algorithm.{OPTIONS_KEY} = {dict(options)}): {exc}") from exc
@@ -102,6 +105,25 @@ def outcome_advantages(name: str, estimator: Callable, scores: torch.Tensor, ind
     return out
 
 
+def host_inputs_of(name: str, estimator: Callable, response_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """The estimator's extra per-row inputs (:data:`rlhf_ext.algorithms.HOST_INPUTS`) from what verl passes."""
+    from rlhf_ext.algorithms import host_inputs
+
+    inputs = {}
+    for needed in host_inputs(estimator):
+        if needed == "lengths":
+            inputs["lengths"] = response_mask.sum(dim=-1).to(torch.float32)
+        else:
+            # verl 0.9.1's compute_advantage hands non_tensor_batch (the reward components) only to
+            # the estimator named exactly "gdpo".
+            raise ValueError(
+                f"advantage estimator {verl_name(name)!r} needs the reward's {needed}, which verl passes only to "
+                f"its own estimator: use algorithm.adv_estimator=gdpo with algorithm.gdpo_reward_keys "
+                f"(rlhf_ext's verl reward reports its components as reward_<name>)"
+            )
+    return inputs
+
+
 def make_verl_estimator(name: str, estimator: Callable) -> Callable:
     """verl-convention wrapper of the rlhf_ext estimator ``name`` (registered as ``rlhf_ext_<name>``)."""
 
@@ -110,7 +132,7 @@ def make_verl_estimator(name: str, estimator: Callable) -> Callable:
                        config: Optional[Any] = None, **kwargs):
         options = estimator_options(config, name, estimator)
         scores = token_level_rewards.sum(dim=-1).to(torch.promote_types(token_level_rewards.dtype, torch.float32))
-        adv = outcome_advantages(name, estimator, scores, index, options)
+        adv = outcome_advantages(name, estimator, scores, index, options, host_inputs_of(name, estimator, response_mask))
         token_adv = adv.unsqueeze(-1) * response_mask.to(adv.dtype)
         if name in WHITENED_ESTIMATORS:
             from rlhf_ext.algorithms import whiten
