@@ -297,3 +297,21 @@ def test_flags_reach_the_ratio_losses_under_verls_names(actor_module):
     assert loss_fn._call_kwargs == dict(clip_ratio_low=0.1, clip_ratio_high=0.3)
     loss_fn = actor_module.PolicyLoss(policy_loss_type="sapo").configure("token-mean", options={"tau_neg": 3.0})
     assert loss_fn._call_kwargs == {"tau_neg": 3.0}
+
+
+def test_a_loss_taking_kwargs_gets_openrlhfs_names_and_verl_names_only_when_it_names_them():
+    """A third-party loss written as ``f(..., **kwargs)`` that forwards to ``ppo`` must keep working
+    after verl-named options (clip_ratio_*) were added for the losses that use them."""
+    from rlhf_ext.patches.openrlhf.policy_loss import _accepted_kwargs, loss_candidates
+
+    candidates = loss_candidates(0.2, 0.28, 3.0)
+
+    def forwarding(log_probs, old_log_probs, advantages, mask, **kwargs):
+        return kwargs
+
+    def verl_named(log_probs, old_log_probs, advantages, mask, *, clip_ratio_low=0.2, clip_ratio_c=3.0, **kwargs):
+        return kwargs
+
+    assert _accepted_kwargs(forwarding, candidates) == {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0}
+    assert _accepted_kwargs(verl_named, candidates) == {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0,
+                                                        "clip_ratio_low": 0.2, "clip_ratio_c": 3.0}

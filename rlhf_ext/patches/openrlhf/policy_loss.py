@@ -36,10 +36,15 @@ from .updates import record_micro_batch
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
+# verl's key names for the same flags: given only to a loss that names them, so that a loss taking
+# ``**kwargs`` (and forwarding them, e.g. to ``ppo``) gets what it got before these names existed
+VERL_NAMED = ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c")
+
+
 def _accepted_kwargs(fn, candidates: Dict[str, object]) -> Dict[str, object]:
     params = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return dict(candidates)
+        return {k: v for k, v in candidates.items() if k in params or k not in VERL_NAMED}
     return {k: v for k, v in candidates.items() if k in params}
 
 
