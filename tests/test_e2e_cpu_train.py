@@ -154,3 +154,24 @@ def test_openrlhf_run_on_cpu_logs_rollout_mismatch_without_changing_the_loss(tra
         assert "vllm_kl" not in step and "is_filter_ratio" not in step
     above = [s for s in log.steps if s["rollout_mismatch/probs_diff_mean"] > DEFAULT_PROBS_DIFF_THRESHOLD]
     assert text.count("rlhf_ext: warning: rollout_mismatch/probs_diff_mean") == (1 if above else 0)
+
+
+def test_the_cpu_run_trains_in_the_dtype_the_cpu_computes_natively(trained):
+    """--ds.param_dtype bf16 on the CPU target: kept where the CPU has native bf16, float32 on an AVX2-only
+    CPU (issue 28: bf16 emulated there costs ~8x per step); the checkpoint and the record say which."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    from rlhf_ext.npu.cpu_dtype import cpu_train_dtype
+
+    work, rc, text = trained
+    assert rc == 0, text[-4000:]
+    expected = cpu_train_dtype("bf16")  # the run's processes share this machine and environment
+    config = json.loads((work / "trained_ds" / "rlhf_ext_run" / "config.json").read_text())
+    assert config["train_dtype"] == expected
+    saved = {t.dtype for t in load_file(str(work / "trained" / "model.safetensors")).values()}
+    assert saved == {torch.float32 if expected == "fp32" else torch.bfloat16}
+    announced = "training and rollouts run in float32 instead of bf16" in text
+    assert announced == (expected == "fp32")

@@ -52,6 +52,22 @@ def test_flash_attention_flag_maps_to_sdpa(cpu):
     assert result["attn_padded"] == "sdpa"
 
 
+FP32 = {"convert": "torch.float32", "actor_params": ["torch.float32"], "ds_train_bf16": False, "ds_eval_bf16": False,
+        "ds_fp16": False, "vllm_dtype": "float32"}  # fmt: skip
+BF16 = {"convert": "torch.bfloat16", "actor_params": ["torch.bfloat16"], "ds_train_bf16": True, "ds_eval_bf16": True,
+        "ds_fp16": False, "vllm_dtype": "bfloat16"}  # fmt: skip
+
+
+def test_training_dtype_follows_the_cpu_and_the_setting(cpu):
+    # --ds.param_dtype bf16 through OpenRLHF's own Actor loader, DeepSpeed configs and rollout engine arguments
+    result = _ok(cpu["train_dtype"])
+    assert result["fp32"] == FP32
+    assert result["asked"] == BF16
+    # auto: bf16 only where the CPU computes it natively (scripts/avx2_only/run.sh makes this machine answer no)
+    assert result["auto"] == (BF16 if result["native_bf16"] else FP32)
+    assert "RLHF_EXT_CPU_DTYPE='bogus' is not one of auto, asked, fp32" in result["bogus"]
+
+
 def test_models_load_intact_under_the_shim(cpu):
     # Regression: wrapping torch's factories before torch cached its constructor set left rotary
     # inv_freq uninitialised after from_pretrained (garbage of order 1e26).

@@ -164,6 +164,44 @@ def attention_and_packing():
 results.check("attention_and_packing", attention_and_packing)
 
 
+def train_dtype():
+    """What OpenRLHF's own model loader, DeepSpeed configs and rollout engine arguments get for
+    ``--ds.param_dtype bf16`` under each ``RLHF_EXT_CPU_DTYPE`` (read at call time)."""
+    from openrlhf.utils.utils import convert_to_torch_dtype
+    from rlhf_ext.npu.cpu_dtype import ENV_CPU_DTYPE, native_bf16
+    from rlhf_ext.patches.retarget.vllm_memory import rollout_engine_kwargs
+
+    strategy = ds_module.DeepspeedStrategy(zero_stage=0, args=ppo_args())
+    seen = {"native_bf16": native_bf16()}
+    for setting in ("fp32", "asked", "auto"):
+        os.environ[ENV_CPU_DTYPE] = setting
+        try:
+            actor = Actor(MODEL_DIR, param_dtype="bf16")
+            train_config, eval_config = strategy.get_ds_train_config(), strategy.get_ds_eval_config()
+            engine = rollout_engine_kwargs({"model": MODEL_DIR, "max_model_len": 64, "dtype": "bfloat16"}, "cpu")
+            seen[setting] = {
+                "convert": str(convert_to_torch_dtype("bf16")),
+                "actor_params": sorted({str(p.dtype) for p in actor.model.parameters()}),
+                "ds_train_bf16": train_config["bf16"]["enabled"], "ds_eval_bf16": eval_config["bf16"]["enabled"],
+                "ds_fp16": train_config["fp16"]["enabled"] or eval_config["fp16"]["enabled"],
+                "vllm_dtype": engine["dtype"],
+            }  # fmt: skip
+        finally:
+            os.environ.pop(ENV_CPU_DTYPE, None)
+    os.environ[ENV_CPU_DTYPE] = "bogus"
+    try:
+        convert_to_torch_dtype("bf16")
+        seen["bogus"] = "accepted"
+    except ValueError as exc:
+        seen["bogus"] = str(exc)
+    finally:
+        os.environ.pop(ENV_CPU_DTYPE, None)
+    return seen
+
+
+results.check("train_dtype", train_dtype)
+
+
 def entropy_eager():
     logits = torch.randn(2, 5, 7)
     expected = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)

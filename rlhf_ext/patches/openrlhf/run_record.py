@@ -390,6 +390,20 @@ def _jsonable(value):
         return str(value)
 
 
+def _train_dtype(namespace) -> Optional[str]:
+    """The dtype the run trains in: ``--ds.param_dtype``, or what the CPU target replaced it with."""
+    asked = getattr(namespace, "ds.param_dtype", None)
+    if asked is None:
+        return None
+    from rlhf_ext.patches.retarget.state import current_backend
+
+    if current_backend() != "cpu":
+        return asked
+    from rlhf_ext.npu.cpu_dtype import cpu_train_dtype
+
+    return cpu_train_dtype(asked)
+
+
 def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
     from rlhf_ext import __version__
 
@@ -410,6 +424,7 @@ def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
         "versions": _versions(),
         "git": _git(os.getcwd()),
         "data_sha256": {f: _sha256(f) for f in _data_files(namespace)},
+        "train_dtype": _train_dtype(namespace),
         "started_at": started_at,
     }
 

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from rlhf_ext.npu.backend import BACKENDS, ENV_DEVICE
 from rlhf_ext.npu.import_hooks import when_imported
-from rlhf_ext.patches.retarget import models, ray_placement, strategy, vllm_cpu_weights, weight_sync
+from rlhf_ext.patches.retarget import cpu_dtype, models, ray_placement, strategy, vllm_cpu_weights, weight_sync
 from rlhf_ext.patches.retarget.guard import RetargetError, warn_if_untested_version
 from rlhf_ext.patches.retarget.state import _lock, _set_applied, applied_backend, retarget_backend
 
@@ -27,11 +27,12 @@ MODULE_PATCHES: Tuple[Tuple[str, Tuple[Patch, ...]], ...] = (
     ("ray.actor", (ray_placement.patch_ray_actor_class,)),
     ("ray.util.placement_group", (ray_placement.patch_ray_placement_group,)),
     ("openrlhf.utils.distributed_util", (weight_sync.patch_distributed_util,)),
+    ("openrlhf.utils.utils", (cpu_dtype.patch_utils,)),
     ("openrlhf.models.utils", (models.patch_compiled_utils,)),
     ("openrlhf.models.model", (models.patch_model,)),
     ("openrlhf.models.actor", (models.patch_actor,)),
     ("openrlhf.models", (models.patch_models_package,)),
-    ("openrlhf.utils.deepspeed.deepspeed", (strategy.patch_deepspeed_strategy,)),
+    ("openrlhf.utils.deepspeed.deepspeed", (strategy.patch_deepspeed_strategy, cpu_dtype.patch_ds_configs)),
     ("openrlhf.trainer.ray.launcher", (ray_placement.patch_launcher, ray_placement.patch_placement_group_importer,
                                        models.patch_regression_importer)),
     ("openrlhf.trainer.ray.ppo_critic", (models.patch_regression_importer,)),

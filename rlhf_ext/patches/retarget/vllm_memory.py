@@ -5,7 +5,8 @@ fraction is taken of the NUMA node's memory, so it depends on the machine (see
 :mod:`rlhf_ext.npu.cpu_kv_cache`). On the CPU target the actor's engine arguments get
 ``kv_cache_memory_bytes`` from the model and ``max_model_len`` instead (or from
 ``RLHF_EXT_VLLM_KV_CACHE``), unless the caller already set one; the size is checked against the
-node's available memory first, so a cache that cannot fit fails with a plain message.
+node's available memory first, so a cache that cannot fit fails with a plain message. Its ``dtype``
+follows the CPU training dtype (:mod:`.cpu_dtype`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from rlhf_ext.npu.cpu_kv_cache import check_cpu_kv_cache, cpu_kv_cache_bytes, format_size
+from rlhf_ext.patches.retarget.cpu_dtype import rollout_dtype
 
 logger = logging.getLogger("rlhf_ext.retarget")
 
@@ -22,8 +24,13 @@ value, and the attribute travels with the class (a registry lookup by ``id`` wou
 
 
 def rollout_engine_kwargs(kwargs: dict, backend: str) -> dict:
-    """``kwargs`` of ``RolloutRayActor.__init__`` with the CPU KV-cache size filled in (a new dict)."""
-    if backend != "cpu" or kwargs.get("kv_cache_memory_bytes") is not None:
+    """``kwargs`` of ``RolloutRayActor.__init__`` with the CPU dtype (:func:`.cpu_dtype.rollout_dtype`) and
+    KV-cache size filled in (a new dict)."""
+    if backend != "cpu":
+        return kwargs
+    if "dtype" in kwargs:
+        kwargs = {**kwargs, "dtype": rollout_dtype(kwargs["dtype"])}
+    if kwargs.get("kv_cache_memory_bytes") is not None:
         return kwargs
     size = cpu_kv_cache_bytes(kwargs["model"], kwargs.get("max_model_len"), dtype=kwargs.get("dtype") or "auto")
     check_cpu_kv_cache(size)
