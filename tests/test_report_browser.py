@@ -265,3 +265,60 @@ def test_long_resumed_running_and_stopped_runs_in_chromium_offline(report_inputs
         assert outside == [], outside
     finally:
         context.close()
+
+
+def final_window_mean(run_dir: Path, key: str, k: int) -> float:
+    values = [rec[key] for rec in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if key in rec]
+    return sum(values[-k:]) / k
+
+
+def test_seed_groups_in_chromium_offline(browser, tmp_path):
+    """Two recipes x three seeds (synthetic run records that differ only in train.seed within a recipe) with
+    an evaluation of every seed's final model: the group table, the group comparison and the two figures,
+    their values recomputed here from metrics.jsonl."""
+    root = tmp_path / "seeds"
+    groups = {"grpo": (0.55, 0), "dr_grpo": (0.7, 10)}
+    run_dirs = []
+    for estimator, (rate, base_seed) in groups.items():
+        for s in range(3):
+            run = write_synthetic_run(root / f"{estimator}_seed{s}", steps=120, seed=base_seed + s,
+                                      estimator=estimator, final_rate=rate, mismatch=False)
+            write_synthetic_eval(root / "evals" / run.name, model=run / "final", accuracy=rate - 0.1 + 0.03 * s,
+                                 seed=base_seed + s)
+            run_dirs.append(run)
+    out = build(run_dirs, [root / "evals"], tmp_path / "seeds.html")
+    page, context, errors, outside = open_offline(browser, out)
+    try:
+        table = page.inner_text("#group-table")
+        assert page.locator("#group-table tr").count() == 3 and "grpo_seed1 (seed 1)" in table
+        comparison = page.inner_text("#group-comparisons")
+        assert "dr_grpo \u2212 grpo" in comparison and "final-window batch pass rate" in comparison
+        assert "avg@n" in comparison  # the final evaluations are compared by group too
+        counts = trace_counts(page)
+        assert counts["fig-groups-curve"] == 4 and counts["fig-groups-final"] == 4  # band + line / seeds + mean
+        # the per-seed points are each run's final-window mean of train/score (window: 10 steps)
+        seeds = page.evaluate("() => document.getElementById('fig-groups-final')._fullData"
+                              ".filter((t, i) => i % 2 === 0).map(t => Array.from(t.y))")
+        expected = [[final_window_mean(d, "train/score", 10) for d in run_dirs[g * 3:(g + 1) * 3]] for g in range(2)]
+        assert seeds[0] == pytest.approx(expected[0], abs=1e-6) and seeds[1] == pytest.approx(expected[1], abs=1e-6)
+        mean = page.evaluate("() => document.getElementById('fig-groups-final')._fullData[1].y[0]")
+        assert mean == pytest.approx(sum(expected[0]) / 3, abs=1e-6)
+        # the curve is the mean over seeds of each seed's moving average (trailing, page default window)
+        window = int(page.evaluate("() => document.body.dataset.window"))
+        curve = page.evaluate("() => { const t = document.getElementById('fig-groups-curve')._fullData[1];"
+                              " return [Array.from(t.x), Array.from(t.y)]; }")
+        scores = [[rec["train/score"] for rec in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
+                  for d in run_dirs[:3]]
+        smoothed = [[sum(s[max(0, i - window + 1):i + 1]) / len(s[max(0, i - window + 1):i + 1]) for i in range(120)]
+                    for s in scores]
+        assert [int(x) for x in curve[0]] == list(range(1, 121))
+        assert curve[1] == pytest.approx([sum(col) / 3 for col in zip(*smoothed)], abs=1e-5)
+        assert "Seed groups (runs that differ only in their seed)" in page.inner_text("#headline")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "report_seed_groups.png"
+        page.locator("#groups").screenshot(path=str(shot))
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert errors == [], errors
+        assert outside == [], outside
+    finally:
+        context.close()

@@ -19,12 +19,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .configdiff import ConfigDiff, algorithm_summary, diff_configs, format_value
 from .evals import EvalPoint, EvalRun, PairRow, attribute, find_eval_dirs, load_eval, paired_rows
-from .figures import DynamicsFigure, dynamics_figure, eval_figures, run_colors, timing_figure, wall_unit, window_choices
-from .headline import headline
+from .figures import (DynamicsFigure, dynamics_figure, eval_figures, run_colors, seed_group_figures, timing_figure,
+                      wall_unit, window_choices)
+from .groups import GroupComparison, SeedGroup, comparisons, has_seed_groups, seed_groups
+from .headline import group_sentences, headline, headline_metric, window_size
 from .panels import PANELS, PanelData, resolve
 from .runs import RunRecord, load_runs
 
@@ -46,6 +48,12 @@ class ReportData:
     diff: Optional[ConfigDiff] = None
     panels: List[PanelData] = field(default_factory=list)
     headline: List[str] = field(default_factory=list)
+    groups: List[SeedGroup] = field(default_factory=list)
+    """Seed groups (runs that differ only in their seed), each run in exactly one."""
+    group_rows: List[GroupComparison] = field(default_factory=list)
+    metric_label: Optional[str] = None
+    metric_keys: Dict[str, Optional[str]] = field(default_factory=dict)
+    window: int = 1
 
 
 def _say(message: str, quiet: bool) -> None:
@@ -67,7 +75,14 @@ def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequen
         _say("paired bootstrap comparisons", quiet)
         data.pairs = paired_rows(data.points, runs, resamples=resamples)
     data.panels = [resolve(p, runs) for p in PANELS]
-    data.headline = headline(runs, data.pairs)
+    done = [r for r in runs if r.last_step is not None]
+    data.window = window_size(done)
+    data.metric_label, data.metric_keys = headline_metric(done)
+    data.groups = seed_groups(runs, data.metric_keys, data.window, data.points)
+    data.group_rows = comparisons(data.groups, data.metric_label or "metric")
+    # With seed groups, groups are compared (by the seeds' spread), not single runs.
+    data.headline = headline(runs, data.pairs, compare_runs=not has_seed_groups(data.groups))
+    data.headline += group_sentences(data.groups, data.group_rows, data.metric_label, data.window)
     return data
 
 
@@ -197,6 +212,56 @@ def _diff_table(data: ReportData, colors: Sequence[str]) -> str:
                    for k in diff.keys)
     return (f"<h3 style='font-size:14px;margin:16px 0 6px'>Configuration differences ({len(diff.keys)} keys)</h3>"
             f"<table id=config-diff><tr><th>key</th>{head}</tr>{body}</table><p class=note>{_e(extra)}</p>")
+
+
+def _sd(x: Optional[float], scale: float = 1.0) -> str:
+    return "\u2014" if x is None else f"{scale * x:.3g}"
+
+
+def _groups_section(data: ReportData, colors: Sequence[str]) -> str:
+    """The seed-group table, the comparisons between groups and their figures."""
+    groups = data.groups
+    if not has_seed_groups(groups):
+        return ('<p class="note" id=groups-none>No seed groups: every run differs from the others in more than its '
+                "seed. Runs that differ only in <code>train.seed</code> (e.g. a queue run with <code>seeds = [0, 1, 2]"
+                "</code>) are grouped here, with their mean and spread.</p>")
+    label = data.metric_label or "metric"
+    tasks = sorted({t for g in groups for t in g.evals})
+    head = "".join(f"<th>{_e(t)} avg@n (%), mean \u00b1 SD</th>" for t in tasks)
+    rows = []
+    for gi, g in enumerate(groups):
+        swatches = "".join(f'<span class="swatch" style="background:{colors[i]}"></span>' for i in g.runs)
+        members = ", ".join(f"{data.runs[i].name} (seed {format_value(s)})" for i, s in zip(g.runs, g.seeds))
+        m = g.metric
+        metric = "\u2014" if m is None else (f"{m.mean:.3g} \u00b1 {_sd(m.sd)}"
+                                              f'<div class=small>{", ".join(f"{v:.3g}" for v in m.values)}</div>')
+        cells = "".join("<td class=num>" + (f"{100 * g.evals[t].mean:.1f} \u00b1 {_sd(g.evals[t].sd, 100)}"
+                                             if t in g.evals else "\u2014") + "</td>" for t in tasks)
+        rows.append(f"<tr data-group='{gi}'><td>{swatches}<b>{_e(g.name)}</b></td><td class=num>{len(g.runs)}</td>"
+                    f"<td>{_e(members)}</td><td class=num>{metric}</td>{cells}</tr>")
+    table = (f"<table id=group-table><tr><th>group</th><th>seeds</th><th>runs</th><th>final-{data.window}-step "
+             f"{_e(label)}, mean \u00b1 SD across seeds (each seed below)</th>{head}</tr>{''.join(rows)}</table>")
+    comp = ""
+    if data.group_rows:
+        body = []
+        for r in data.group_rows:
+            scale, unit = (100, " points") if r.what.endswith("avg@n") else (1, "")
+            if r.exceeds is None:
+                verdict = '<span class="verdict-no">one seed: spread unknown</span>'
+            elif r.exceeds:
+                verdict = '<span class="verdict-yes">larger than the seed spread</span>'
+            else:
+                verdict = '<span class="verdict-no">within the seed spread</span>'
+            se = "\u2014" if r.se is None else f"{2 * scale * r.se:.3g}"
+            body.append(f"<tr><td>{_e(r.other)} \u2212 {_e(r.baseline)}</td><td>{_e(r.what)}</td>"
+                        f"<td class=num>{scale * r.difference:+.3g}{unit}</td><td class=num>{se}</td><td>{verdict}</td></tr>")
+        comp = ("<h3 style='font-size:14px;margin:16px 0 6px'>Groups compared with the first</h3>"
+                "<table id=group-comparisons><tr><th>groups</th><th>quantity</th><th>difference of means</th>"
+                "<th>2 SE over seeds</th><th>verdict</th></tr>" + "".join(body) + "</table><p class=note>SE: Welch's "
+                "standard error of the difference over seeds, sqrt(sd\u2081\u00b2/n\u2081 + sd\u2082\u00b2/n\u2082). "
+                "Larger than the seed spread: the difference exceeds 2 SE.</p>")
+    figs = "".join(_figure_div(div_id, fig) for div_id, fig in seed_group_figures(data, colors))
+    return table + comp + (f'<div class="grid" style="margin-top:12px">{figs}</div>' if figs else "")
 
 
 def _pair_table(pairs: Sequence[PairRow]) -> str:
@@ -369,11 +434,12 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
 <script type="text/javascript">{plotly_js}</script></head>
 <body data-xaxis="step" data-window="{default_window}">
 <header><h1>{_e(title)}</h1><div class="sub">{sub}</div></header>
-<nav><a href="#runs">Runs</a><a href="#headline-section">Headline</a><a href="#dynamics">Training dynamics</a>
+<nav><a href="#runs">Runs</a><a href="#headline-section">Headline</a><a href="#groups">Seed groups</a><a href="#dynamics">Training dynamics</a>
 <a href="#evaluation">Evaluation</a><a href="#incidents">Incidents</a><a href="#notes">Notes</a></nav>
 <main>
 <section id="runs"><h2>Runs</h2>{_run_table(data, colors)}</section>
 <section id="headline-section"><h2>Headline</h2>{headline_html}</section>
+<section id="groups"><h2>Seed groups</h2>{_groups_section(data, colors)}</section>
 <section id="dynamics"><h2>Training dynamics</h2>
 <div class="controls"><label>x axis <select id="xaxis"><option value="step" selected>step</option>
 <option value="wall">{_e(wall_label)}</option></select></label>
