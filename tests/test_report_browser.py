@@ -314,6 +314,10 @@ def test_seed_groups_in_chromium_offline(browser, tmp_path):
         assert [int(x) for x in curve[0]] == list(range(1, 121))
         assert curve[1] == pytest.approx([sum(col) / 3 for col in zip(*smoothed)], abs=1e-5)
         assert "Seed groups (runs that differ only in their seed)" in page.inner_text("#headline")
+        # evaluation verdicts at the resolution the seeds measured (no --min-effect given)
+        verdicts = page.eval_on_selector_all("#pair-table [data-verdict]", "es => es.map(e => e.dataset.verdict)")
+        assert verdicts and set(verdicts) <= {"better", "worse", "no difference"}
+        assert "= seed spread" in page.inner_text("#pair-table + p")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "report_seed_groups.png"
         page.locator("#groups").screenshot(path=str(shot))

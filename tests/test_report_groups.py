@@ -102,3 +102,33 @@ def test_group_evaluations_use_each_seeds_last_evaluation(tmp_path):
     assert group.evals[task].values == pytest.approx(finals)
     assert group.evals[task].sd == pytest.approx(statistics.stdev(finals))
     assert np.isfinite(group.metric.mean)
+
+
+def test_report_min_effect_from_the_seed_groups_or_given(tmp_path, capsys):
+    from rlhf_ext.cli import main
+    from rlhf_ext.evalkit.resolution import verdict
+
+    evals = tmp_path / "evals"
+    runs = []
+    for g, (lr, accs) in enumerate(((1e-6, (0.40, 0.46)), (2e-6, (0.60, 0.62)))):
+        for s, acc in enumerate(accs):
+            run = write_run(tmp_path / f"g{g}_seed{s}", [0.1, 0.2, 0.3, 0.4], seed=s, lr=lr)
+            cfg = json.loads((run / "config.json").read_text())
+            cfg["args"]["ckpt.output_dir"] = str(run / "final")
+            (run / "config.json").write_text(json.dumps(cfg))
+            write_synthetic_eval(evals / run.name, model=run / "final", accuracy=acc, seed=10 * g + s)
+            runs.append(run)
+    data = collect(runs, [evals])
+    sds = [g.evals["gsm8k"].sd for g in data.groups]
+    pooled = 100 * ((sds[0] ** 2 + sds[1] ** 2) / 2) ** 0.5
+    assert data.min_effect.points == pytest.approx(pooled) and data.min_effect.seed_spread == pytest.approx(pooled)
+    for row in data.pairs:
+        m = row.metrics["avg@n"]
+        assert (m["verdict"], m["reason"]) == verdict(100 * m["difference"], [100 * x for x in m["ci95"]],
+                                                      data.min_effect)
+    assert any("Evaluation verdicts at the experiment's resolution (minimum effect" in h for h in data.headline)
+    given = collect(runs, [evals], min_effect_points=100.0)
+    assert {m["verdict"] for row in given.pairs for m in row.metrics.values()} == {"no difference"}
+    assert main(["report", *map(str, runs), "--evals", str(evals), "--min-effect", "-2", "-o",
+                 str(tmp_path / "r.html")]) == 2
+    assert "--min-effect must be >= 0" in capsys.readouterr().err

@@ -284,6 +284,9 @@ def _add_report(subparsers) -> None:
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
     p.add_argument("--title", default=None, help="page title (default: 'RL runs: <names>')")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--min-effect", type=float, default=None, metavar="POINTS",
+                   help="smallest avg@n / maj@n difference, in points, that counts as better / worse (default: the "
+                        "seed spread of the seed groups' evaluations plus the grader error rate of any evalkit audit)")
     p.set_defaults(handler=_run_report)
 
 
@@ -301,9 +304,12 @@ def _run_report(args: argparse.Namespace) -> int:
             return 2
     command = shlex.join(["rlhf-ext", "report", *args.run_dirs, *(["--evals", *args.evals] if args.evals else []),
                           *(["--names", args.names] if names else []), "-o", args.output])
+    if args.min_effect is not None and not args.min_effect >= 0:
+        print(f"rlhf-ext report: error: --min-effect must be >= 0 points, got {args.min_effect}", file=sys.stderr)
+        return 2
     try:
         out = write_report(args.run_dirs, args.output, eval_dirs=args.evals, names=names, title=args.title,
-                           quiet=args.quiet, command=command)
+                           quiet=args.quiet, command=command, min_effect_points=args.min_effect)
     except (RunRecordError, EvalDirError, RunDirError) as exc:
         print(f"rlhf-ext report: error: {exc}", file=sys.stderr)
         return 2

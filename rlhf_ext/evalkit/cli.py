@@ -244,17 +244,28 @@ def cmd_compare(argv: Sequence[str]) -> int:
     p.add_argument("--bootstrap-resamples", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    p.add_argument("--min-effect", type=float, default=None, metavar="POINTS",
+                   help="smallest difference of avg@n / maj@n, in points, that counts as better / worse (default: "
+                        "the seed spread of --seed-runs plus the grader error rate of any audit.json in the runs; "
+                        "0 when neither was measured)")
+    p.add_argument("--seed-runs", nargs="+", type=Path, default=None, metavar="RUN_DIR",
+                   help="evaluations of one recipe's seeds (two or more): their SD of avg@n is the seed spread")
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         p.error("compare needs at least two run directories")
+    from .resolution import apply, audited_error, min_effect, render_verdicts, seed_spread
+
+    spread = seed_spread(args.seed_runs) if args.seed_runs and args.min_effect is None else None
+    grader = audited_error([*args.runs, *(args.seed_runs or [])]) if args.min_effect is None else None
     result = compare_runs(args.runs, resamples=args.bootstrap_resamples, seed=args.seed)
-    print(json.dumps(result, indent=2) if args.json else render_compare_markdown(result))
+    apply(result, min_effect(args.min_effect, spread, grader))
+    print(json.dumps(result, indent=2) if args.json else render_compare_markdown(result) + render_verdicts(result))
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ", ".join(list(SUITES) + ["run", "list", "report", "compare"])
+    commands = ", ".join(list(SUITES) + ["run", "list", "report", "compare", "audit"])
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: evalkit {" + commands + "} [options]\n\n"
               "Math benchmark evaluation on vLLM with many samples per problem, honest statistics\n"
@@ -263,7 +274,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "  evalkit run --data FILE --name NAME   run on any JSONL of problems and answers\n"
               "  evalkit list                          tasks, sources, sizes, answer formats\n"
               "  evalkit report RUN_DIR                summary of a run\n"
-              "  evalkit compare RUN_A RUN_B [...]     paired differences against RUN_A\n\n"
+              "  evalkit compare RUN_A RUN_B [...]     paired differences against RUN_A\n"
+              "  evalkit audit RUN_DIR --n 50          hand-check a stratified sample: the grader's error rate\n\n"
               "'evalkit TASK --help' lists the run options.\n\n" + EPILOG)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
@@ -278,6 +290,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_report(rest)
         if command == "compare":
             return cmd_compare(rest)
+        if command == "audit":
+            from .audit import main as audit_main
+
+            return audit_main(rest)
     except (DataError, RunDirError, TemplateError, ValueError) as exc:
         print(f"evalkit: error: {exc}", file=sys.stderr)
         return 2

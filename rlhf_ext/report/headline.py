@@ -53,7 +53,7 @@ def window_size(runs: Sequence[RunRecord], window: int = DEFAULT_WINDOW) -> int:
     return max(1, min(window, min(lengths) // 2)) if min(lengths) >= 2 else 1
 
 
-def _latest_between_runs(pairs: Sequence[PairRow]) -> List[PairRow]:
+def latest_pairs(pairs: Sequence[PairRow]) -> List[PairRow]:
     """The paired rows worth a sentence: between two runs, only the latest step both were
     evaluated at (the table has every step); over training, every run's first-vs-last row."""
     latest = {}
@@ -178,7 +178,7 @@ def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: i
     if times:
         out.append("Median time per step (timing/step_total): " + ", ".join(times) + ".")
 
-    for row in _latest_between_runs(pairs):
+    for row in latest_pairs(pairs):
         for metric in ("avg@n",):
             m = row.metrics.get(metric)
             if not m:

@@ -25,8 +25,9 @@ from .configdiff import ConfigDiff, algorithm_summary, diff_configs, format_valu
 from .evals import EvalPoint, EvalRun, PairRow, attribute, find_eval_dirs, load_eval, paired_rows
 from .figures import (DynamicsFigure, dynamics_figure, eval_figures, run_colors, seed_group_figures, timing_figure,
                       wall_unit, window_choices)
+from ..evalkit.resolution import MinEffect, audited_error, min_effect, verdict
 from .groups import GroupComparison, SeedGroup, comparisons, has_seed_groups, seed_groups
-from .headline import group_sentences, headline, headline_metric, window_size
+from .headline import group_sentences, headline, headline_metric, latest_pairs, window_size
 from .panels import PANELS, PanelData, resolve
 from .runs import RunRecord, load_runs
 
@@ -54,6 +55,8 @@ class ReportData:
     metric_label: Optional[str] = None
     metric_keys: Dict[str, Optional[str]] = field(default_factory=dict)
     window: int = 1
+    min_effect: Optional[MinEffect] = None
+    """The minimum effect of the evaluation verdicts (given, or seed spread + audited grader error)."""
 
 
 def _say(message: str, quiet: bool) -> None:
@@ -62,8 +65,9 @@ def _say(message: str, quiet: bool) -> None:
 
 
 def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequence[str]] = None,
-            resamples: int = 2000, quiet: bool = True) -> ReportData:
-    """Load and compute everything (the data side of the report)."""
+            resamples: int = 2000, quiet: bool = True, min_effect_points: Optional[float] = None) -> ReportData:
+    """Load and compute everything (the data side of the report). ``min_effect_points``: the minimum
+    effect of the evaluation verdicts in points (default: measured, :func:`measured_min_effect`)."""
     _say(f"reading {len(run_dirs)} run(s)", quiet)
     runs = load_runs(run_dirs, names)
     data = ReportData(runs=runs, diff=diff_configs([r.config for r in runs]))
@@ -83,7 +87,33 @@ def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequen
     # With seed groups, groups are compared (by the seeds' spread), not single runs.
     data.headline = headline(runs, data.pairs, compare_runs=not has_seed_groups(data.groups))
     data.headline += group_sentences(data.groups, data.group_rows, data.metric_label, data.window)
+    if data.pairs or min_effect_points is not None:
+        data.min_effect = measured_min_effect(data, min_effect_points)
+        for row in data.pairs:
+            for m in row.metrics.values():
+                m["verdict"], m["reason"] = verdict(100 * m["difference"], [100 * x for x in m["ci95"]],
+                                                    data.min_effect)
+        said = [f"{row.task} avg@n, {row.other} vs {row.baseline}: {m['verdict']} ({m['reason']})"
+                for row in latest_pairs(data.pairs) if (m := row.metrics.get("avg@n"))]
+        if said:
+            data.headline.append(f"Evaluation verdicts at the experiment's resolution ({data.min_effect.describe()}): "
+                                 + "; ".join(said) + ".")
     return data
+
+
+def measured_min_effect(data: ReportData, given: Optional[float] = None) -> MinEffect:
+    """``given`` (points) when set; else the seed spread of avg@n (pooled over the seed groups with two or
+    more evaluated seeds: the square root of the mean of their variances, largest over tasks) plus the
+    largest grader error rate audited (``evalkit audit``) among the evaluations on the page."""
+    if given is not None:
+        return min_effect(given)
+    spreads = []
+    tasks = {t for g in data.groups for t in g.evals}
+    for task in tasks:
+        variances = [g.evals[task].sd ** 2 for g in data.groups if task in g.evals and g.evals[task].sd is not None]
+        if variances:
+            spreads.append(100 * (sum(variances) / len(variances)) ** 0.5)
+    return min_effect(None, max(spreads) if spreads else None, audited_error([ev.path for ev in data.evals]))
 
 
 # --- HTML ----------------------------------------------------------------------------------------
@@ -264,7 +294,7 @@ def _groups_section(data: ReportData, colors: Sequence[str]) -> str:
     return table + comp + (f'<div class="grid" style="margin-top:12px">{figs}</div>' if figs else "")
 
 
-def _pair_table(pairs: Sequence[PairRow]) -> str:
+def _pair_table(pairs: Sequence[PairRow], effect: str = "") -> str:
     if not pairs:
         return ('<p class="note" id=pair-table>No paired comparison: it needs two different evaluations at the same '
                 "step (between runs) or two checkpoints of one run.</p>")
@@ -276,17 +306,24 @@ def _pair_table(pairs: Sequence[PairRow]) -> str:
             continue
         for metric, m in row.metrics.items():
             lo, hi = m["ci95"]
-            verdict = ('<span class="verdict-yes">distinguishable</span>' if m["distinguishable"]
-                       else '<span class="verdict-no">within noise</span>')
+            noise = ('<span class="verdict-yes">distinguishable</span>' if m["distinguishable"]
+                     else '<span class="verdict-no">within noise</span>')
+            word = m.get("verdict", "")
+            css = "verdict-no" if word in ("", "no difference") else "verdict-yes"
+            resolution = (f'<span class="{css}" data-verdict="{_e(word)}">{_e(word)}</span>'
+                          f'<div class=small>{_e(m.get("reason", ""))}</div>')
             rows.append(
                 f"<tr><td>{_e(row.kind)}</td><td>{_e(row.task)}</td><td>{_e(row.baseline)}</td><td>{_e(row.other)}</td>"
                 f"<td>{_e(metric)}</td><td class=num>{row.problems}</td><td class=num>{100 * m['baseline']:.1f} \u2192 "
                 f"{100 * m['run']:.1f}</td><td class=num>{100 * m['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-                f"</td><td>{verdict}</td></tr>")
+                f"</td><td>{noise}</td><td>{resolution}</td></tr>")
     return ("<table id=pair-table><tr><th>comparison</th><th>task</th><th>baseline</th><th>compared</th><th>metric</th>"
-            "<th>problems</th><th>% baseline \u2192 compared</th><th>difference, points [95% CI]</th><th>verdict</th></tr>"
+            "<th>problems</th><th>% baseline \u2192 compared</th><th>difference, points [95% CI]</th><th>interval</th>"
+            "<th>verdict at the experiment's resolution</th></tr>"
             + "".join(rows) + "</table><p class=note>evalkit's paired bootstrap over problems (problems paired by id; "
-            "2000 resamples). Within noise: the 95% interval of the difference contains 0.</p>")
+            "2000 resamples). Within noise: the 95% interval of the difference contains 0. Better / worse: the interval "
+            f"excludes 0 and the difference is at least the minimum effect ({_e(effect)}); otherwise no "
+            "difference.</p>")
 
 
 def _steps_text(steps: Sequence[int], limit: int = 12) -> str:
@@ -408,7 +445,7 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
         eval_html = '<p class="note" id=evals-none>None of the evaluations given could be placed on a run (see Notes).</p>'
     else:
         eval_html = f'<div class="grid">{"".join(eval_parts)}</div>'
-    eval_html += "<h3 style='font-size:14px;margin:16px 0 6px'>Paired comparisons</h3>" + _pair_table(data.pairs)
+    eval_html += "<h3 style='font-size:14px;margin:16px 0 6px'>Paired comparisons</h3>" + _pair_table(data.pairs, data.min_effect.describe() if data.min_effect else "")
 
     notes = [f"{r.name}: {w}" for r in runs for w in r.warnings]
     notes += [f"evaluation {ev.path} not shown: {why}" for ev, why in data.unplaced]
@@ -459,9 +496,10 @@ red crosses: non-finite values; long runs are thinned for display (min/max per b
 
 
 def write_report(run_dirs: Sequence, output, eval_dirs: Sequence = (), names: Optional[Sequence[str]] = None,
-                 title: Optional[str] = None, quiet: bool = True, command: Optional[str] = None) -> Path:
+                 title: Optional[str] = None, quiet: bool = True, command: Optional[str] = None,
+                 min_effect_points: Optional[float] = None) -> Path:
     """Build the report of ``run_dirs`` (and evalkit ``eval_dirs``) and write it to ``output``."""
-    data = collect(run_dirs, eval_dirs, names, quiet=quiet)
+    data = collect(run_dirs, eval_dirs, names, quiet=quiet, min_effect_points=min_effect_points)
     _say("building the page", quiet)
     text = render_html(data, title=title, command=command)
     output = Path(output)
