@@ -27,9 +27,9 @@ command resumes into the same directory and generates only the missing samples.
 """
 
 # Options a resumed run may take from its config.json when they are not given again.
-_RESUMABLE = ("model", "n_samples", "temperature", "top_p", "max_tokens", "template", "system_prompt", "seed",
+_RESUMABLE = ("model", "n_samples", "temperature", "top_p", "top_k", "min_p", "max_tokens", "template", "system_prompt", "seed",
               "tp", "dp", "limit", "gpu_memory_utilization", "kv_cache", "enforce_eager", "max_model_len", "dtype")
-_DEFAULTS = {"n_samples": 64, "temperature": 0.6, "top_p": 0.95, "max_tokens": 32768, "template": "r1",
+_DEFAULTS = {"n_samples": 64, "temperature": 0.6, "top_p": 0.95, "top_k": -1, "min_p": 0.0, "max_tokens": 32768, "template": "r1",
              "seed": 0, "tp": 1, "dp": 1, "dtype": "auto"}
 
 
@@ -41,6 +41,9 @@ def _run_parser(name: str, help_text: str) -> argparse.ArgumentParser:
     g.add_argument("--n-samples", type=int, help="samples per problem (default 64)")
     g.add_argument("--temperature", type=float, help="sampling temperature (default 0.6)")
     g.add_argument("--top-p", type=float, help="nucleus sampling top_p (default 0.95)")
+    g.add_argument("--top-k", type=int, help="sample among the k most likely tokens; -1: off (default -1)")
+    g.add_argument("--min-p", type=float, help="drop tokens below min_p x the top token's probability; 0: off "
+                                               "(default 0)")
     g.add_argument("--max-tokens", type=int, help="max new tokens per sample (default 32768)")
     g.add_argument("--template", choices=TEMPLATES,
                    help="prompt template (default r1: the model's chat template, no system prompt, and "

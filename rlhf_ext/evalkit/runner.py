@@ -43,6 +43,8 @@ class RunOptions:
     n_samples: int = 64
     temperature: float = 0.6
     top_p: float = 0.95
+    top_k: int = -1  # -1: off (vLLM's 0 / OpenRLHF's --rollout.top_k -1)
+    min_p: float = 0.0  # 0: off
     max_tokens: int = 32768
     template: str = DEFAULT_TEMPLATE
     system_prompt: Optional[str] = None
@@ -89,6 +91,9 @@ class RunOptions:
             (self.n_samples >= 1, f"--n-samples must be >= 1, got {self.n_samples}"),
             (self.temperature >= 0, f"--temperature must be >= 0, got {self.temperature}"),
             (0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}"),
+            (isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
+             f"--top-k must be -1 (off) or >= 1, got {self.top_k}"),
+            (0 <= self.min_p <= 1, f"--min-p must be in [0, 1] (0: off), got {self.min_p}"),
             (self.max_tokens >= 1, f"--max-tokens must be >= 1, got {self.max_tokens}"),
             (self.tp >= 1, f"--tp must be >= 1, got {self.tp}"),
             (self.dp >= 1, f"--dp must be >= 1, got {self.dp}"),
@@ -202,6 +207,12 @@ def prepare(options: RunOptions) -> PreparedRun:
         "seed": options.seed,
         "datasets": {td.task: td.sha256 for td in task_data},
     }
+    # Recorded when set; absent means off, so runs made before these options keep their parameters
+    # (and their default output directory) unchanged.
+    if options.top_k != -1:
+        generation["top_k"] = options.top_k
+    if options.min_p != 0:
+        generation["min_p"] = options.min_p
     if custom is not None:
         # Which fields were read is part of what a sample means: another key is another task.
         generation["custom_task"] = dict(options.custom_task)
@@ -523,7 +534,8 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
                              f"{max_len - longest} or raise --max-model-len, so that no response is cut short "
                              "by the context instead of by --max-tokens")
         progress = _Progress(len(todo), len(problems), remaining, o.progress)
-        sampling = SamplingSettings(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_tokens)
+        sampling = SamplingSettings(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_tokens,
+                                    top_k=o.top_k, min_p=o.min_p)
         stream = (engine.stream(todo, sampling) if isinstance(engine, RayDataParallel)
                   else stream_generate(engine or llm, todo, sampling))
         try:
