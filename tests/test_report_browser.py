@@ -51,6 +51,10 @@ PANEL_KEYS = {
     "kl": [("train/kl",)],
     "mismatch": [("rollout_mismatch/probs_diff_mean",)],
     "step_time": [("timing/step_total",)],
+    "zero_variance": [("rlhf_ext/zero_variance_group_frac_before_filter", "train/zero_variance_group_frac")],
+    "advantage_std": [("train/advantage_std",)],
+    "ppo_kl": [("train/ppo_kl",)],
+    "rollout_corr": [("rollout_mismatch/probs_corr_loss_1e4",)],
 }
 
 

@@ -7,7 +7,7 @@ checkpoints (bands = bootstrap 95% intervals) with the paired-comparison table, 
 notes about the data (unreadable lines, evaluations that match no run).
 
 File size: plotly.js is ~4.8 MB; the data adds at most about 0.5 MB per run for 10,000 steps
-(12 panels x (800 raw + 400 smoothed points + 9 moving-average windows), float32), so a report of
+(16 panels x (800 raw + 400 smoothed points + 9 moving-average windows), float32), so a report of
 10 runs x 10,000 steps stays under :data:`SIZE_BOUND_BYTES` (tested).
 """
 
