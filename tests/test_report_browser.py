@@ -227,6 +227,20 @@ def test_short_runs_report_in_chromium_offline(report_inputs, browser, tmp_path)
         assert all(b > a for a, b in zip(wall[0], wall[0][1:])) and wall[0][0] > 0
         elapsed = [json.loads(x)["elapsed_s"] / 60 for x in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
         assert wall[0] == pytest.approx(elapsed, rel=1e-6)  # minutes, from the run's own elapsed_s
+        # equal budgets: samples generated on the x axis, from each step's rollout/num_samples, cumulated
+        page.select_option("#xaxis", "samples")
+        page.wait_for_function("() => document.body.dataset.xaxis === 'samples'")
+        budget = page.evaluate("() => { const gd = document.getElementById('fig-dyn-pass_rate');"
+                               " return [Array.from(gd._fullData[1].x), gd.layout.xaxis.title.text]; }")
+        samples = [json.loads(x)["rollout/num_samples"] for x in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
+        assert budget[1] == "samples generated"
+        assert budget[0] == pytest.approx([sum(samples[:i + 1]) for i in range(len(samples))])
+        table = page.inner_text("#run-table")
+        assert "budget: samples generated" in table and f"{sum(samples):.0f}" in table
+        page.select_option("#xaxis", "tokens")
+        page.wait_for_function("() => document.body.dataset.xaxis === 'tokens'")
+        assert page.evaluate("() => document.getElementById('fig-dyn-reward').layout.xaxis.title.text") == \
+            "tokens generated"
         page.select_option("#xaxis", "step")
         page.wait_for_function("() => document.body.dataset.xaxis === 'step'")
 

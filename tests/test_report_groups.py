@@ -132,3 +132,24 @@ def test_report_min_effect_from_the_seed_groups_or_given(tmp_path, capsys):
     assert main(["report", *map(str, runs), "--evals", str(evals), "--min-effect", "-2", "-o",
                  str(tmp_path / "r.html")]) == 2
     assert "--min-effect must be >= 0" in capsys.readouterr().err
+
+
+def test_budget_cumulative_samples_and_tokens_hand_computed(tmp_path):
+    run = tmp_path / "b"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"schema": "rlhf_ext.run/1", "name": "b", "started_at": 0.0,
+                                                 "args": {"rollout.batch_size": 2, "rollout.n_samples_per_prompt": 4}}))
+    rows = [{"step": 1, "rollout/num_samples": 8, "rollout/response_length_mean": 10.0},
+            {"step": 2, "rollout/num_samples": 6, "rollout/response_length_mean": 5.0},
+            {"step": 3, "rollout/num_samples": 8},                      # length unknown from here on
+            {"step": 4, "rollout/num_samples": 8, "rollout/response_length_mean": 1.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "events.jsonl").write_text("")
+    (record,) = load_runs([run])
+    budget = record.budget()
+    assert budget["samples"].tolist() == [8, 14, 22, 30]
+    assert budget["tokens"][:2].tolist() == [80, 110] and np.isnan(budget["tokens"][2:]).all()
+    # without rollout/num_samples: rollout.batch_size x n_samples_per_prompt per step
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
+    (record,) = load_runs([run])
+    assert record.budget()["samples"].tolist() == [8, 16, 24] and "tokens" not in record.budget()

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from .configdiff import ConfigDiff, algorithm_summary, diff_configs, format_value
 from .evals import EvalPoint, EvalRun, PairRow, attribute, find_eval_dirs, load_eval, paired_rows
 from .figures import (DynamicsFigure, dynamics_figure, eval_figures, run_colors, seed_group_figures, timing_figure,
@@ -150,15 +152,41 @@ _JS = """
     for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     return new Float32Array(bytes.buffer);
   }
-  var stepX = {};
+  var stepX = {}, stepNum = {}, knots = {};
+  // budget axes: a run's cumulative samples / tokens at a step, linear between the stored knots
+  function toBudget(run, mode, steps) {
+    var out = new Array(steps.length);
+    if (!run || !run[mode]) { for (var i = 0; i < steps.length; i++) out[i] = NaN; return out; }
+    var key = run.name + "/" + mode;
+    if (!knots[key]) knots[key] = [decode(run[mode].steps), decode(run[mode].values)];
+    var xs = knots[key][0], ys = knots[key][1];
+    for (var i = 0; i < steps.length; i++) {
+      var s = steps[i], lo = 0, hi = xs.length - 1;
+      if (s <= xs[0]) { out[i] = s === xs[0] ? ys[0] : NaN; continue; }
+      if (s >= xs[hi]) { out[i] = s === xs[hi] ? ys[hi] : NaN; continue; }
+      while (hi - lo > 1) { var mid = (lo + hi) >> 1; if (xs[mid] <= s) lo = mid; else hi = mid; }
+      out[i] = ys[lo] + (ys[hi] - ys[lo]) * (s - xs[lo]) / (xs[hi] - xs[lo]);
+    }
+    return out;
+  }
   function setX(mode) {
     blob.dynamics.forEach(function (id) {
       var gd = document.getElementById(id);
       if (!gd || !gd.data) return;
-      if (!stepX[id]) stepX[id] = gd.data.map(function (t) { return t.x; });
-      var xs = gd.data.map(function (t, i) { return mode === "wall" ? t.customdata : stepX[id][i]; });
+      if (!stepX[id]) {
+        stepX[id] = gd.data.map(function (t) { return t.x; });
+        // the decoded step values (plotly keeps t.x base64-encoded), read before any switch
+        stepNum[id] = gd._fullData.map(function (t) { return Array.from(t.x || []); });
+      }
+      var budget = mode === "samples" || mode === "tokens";
+      var xs = gd.data.map(function (t, i) {
+        if (mode === "wall") return t.customdata;
+        if (budget) return toBudget(blob.budget[t.legendgroup], mode, stepNum[id][i]);
+        return stepX[id][i];
+      });
       Plotly.restyle(gd, {x: xs});
-      Plotly.relayout(gd, {"xaxis.title.text": mode === "wall" ? blob.wallLabel : "step", "xaxis.autorange": true});
+      var title = mode === "wall" ? blob.wallLabel : (budget ? blob.budgetLabels[mode] : "step");
+      Plotly.relayout(gd, {"xaxis.title.text": title, "xaxis.autorange": true});
     });
     document.body.setAttribute("data-xaxis", mode);
   }
@@ -199,6 +227,36 @@ def _count(x: Optional[float]) -> str:
     return f"{x:.0f}"
 
 
+BUDGET_KNOTS = 800
+"""Points per run of the samples / tokens axes; longer runs are interpolated linearly between them."""
+
+
+def budget_axes(runs: Sequence[RunRecord]) -> Dict[str, Dict[str, object]]:
+    """Per run name and budget (``samples``, ``tokens``): ``steps`` and the cumulative count at those
+    steps (base64 float32; at most :data:`BUDGET_KNOTS` evenly spaced steps, first and last kept),
+    for the page's equal-budget x axes. Steps whose count is unknown are left out."""
+    from .figures import b64_f32
+    from .series import stride_downsample
+
+    out: Dict[str, Dict[str, object]] = {}
+    for run in runs:
+        entry: Dict[str, object] = {"name": run.name}
+        for name, values in run.budget().items():
+            keep = np.isfinite(values)
+            if keep.any():
+                x, y = stride_downsample(run.steps[keep].astype(np.float64), values[keep], BUDGET_KNOTS)
+                entry[name] = {"steps": b64_f32(x), "values": b64_f32(y)}
+        if len(entry) > 1:
+            out[run.name] = entry
+    return out
+
+
+def _last(values) -> Optional[float]:
+    if values is None or not len(values) or not np.isfinite(values[-1]):
+        return None
+    return float(values[-1])
+
+
 def _status_badge(run: RunRecord) -> str:
     text = run.status.replace("_", " ")
     if run.exit_code not in (None, 0):
@@ -219,9 +277,11 @@ def _run_table(data: ReportData, colors: Sequence[str]) -> str:
             f'<tr><td><span class="swatch" style="background:{color}"></span><b>{_e(run.name)}</b>'
             f'<div class="small" title="{_e(run.path)}">{_e(run.path.name)}</div></td>'
             f"<td>{algo_text}</td><td class=num>{steps}</td><td>{_status_badge(run)}</td>"
-            f"<td class=num>{_duration(run.wall_time_s)}</td><td class=num>{_count(run.tokens_generated())}</td></tr>")
+            f"<td class=num>{_duration(run.wall_time_s)}</td><td class=num>{_count(_last(run.budget().get('samples')))}"
+            f"</td><td class=num>{_count(run.tokens_generated())}</td></tr>")
     table = ("<table id=run-table><tr><th>run</th><th>algorithm (estimator \u00b7 loss \u00b7 aggregation \u00b7 KL "
-             "\u00b7 clip)</th><th>last step</th><th>status</th><th>wall time</th><th>tokens generated</th></tr>"
+             "\u00b7 clip)</th><th>last step</th><th>status</th><th>wall time</th><th>budget: samples generated</th>"
+             "<th>tokens generated</th></tr>"
              + "".join(rows) + "</table>")
     return table + _diff_table(data, colors)
 
@@ -454,7 +514,11 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
     notes_html = ("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>") if notes else \
         '<p class="note">Nothing unusual in the records.</p>'
 
-    blob = {"dynamics": dyn_ids, "smoothing": smoothing, "wallLabel": wall_label}
+    budget = budget_axes(runs)
+    budget_modes = [m for m in ("samples", "tokens") if any(m in b for b in budget.values())]
+    blob = {"dynamics": dyn_ids, "smoothing": smoothing, "wallLabel": wall_label, "budget": budget,
+            "budgetLabels": {"samples": "samples generated", "tokens": "tokens generated"}}
+    budget_opts = "".join(f'<option value="{m}">{m} generated</option>' for m in budget_modes)
     blob_json = json.dumps(blob, separators=(",", ":")).replace("</", "<\\/")
     window_opts = "".join(f'<option value="{w}"{" selected" if w == default_window else ""}>'
                           f'{"off (raw)" if w == 1 else f"{w} steps"}</option>' for w in windows)
@@ -479,7 +543,7 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
 <section id="groups"><h2>Seed groups</h2>{_groups_section(data, colors)}</section>
 <section id="dynamics"><h2>Training dynamics</h2>
 <div class="controls"><label>x axis <select id="xaxis"><option value="step" selected>step</option>
-<option value="wall">{_e(wall_label)}</option></select></label>
+<option value="wall">{_e(wall_label)}</option>{budget_opts}</select></label>
 <label>moving average <select id="window">{window_opts}</select></label>
 <span class="small">thin lines: raw values; bold: moving average over the chosen number of logged steps;
 red crosses: non-finite values; long runs are thinned for display (min/max per bucket)</span></div>
