@@ -41,7 +41,7 @@ def add_data_commands(subparsers) -> None:
     p.add_argument("--answer-key", help="field with the gold answer (default: answer or Answer)")
     p.add_argument("--id-key", help="field with a unique id (default: id, unique_id, idx or ID; else the line number)")
     p.add_argument("--n-samples", type=_positive, default=8, help="samples per prompt (default 8)")
-    p.add_argument("--template", default="chat", choices=("chat", "r1", "qwen25-math-cot", "none"),
+    p.add_argument("--template", default="chat", choices=("chat", "r1", "qwen25-math-cot", "none", "r1-zero"),
                    help="prompt template (default chat: the bare prompt in the model's chat template, as "
                         "OpenRLHF's --data.apply_chat_template renders it)")
     p.add_argument("--system-prompt", help="system prompt (chat templates only)")

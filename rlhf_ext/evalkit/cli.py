@@ -50,6 +50,9 @@ def _run_parser(name: str, help_text: str) -> argparse.ArgumentParser:
                         f"'{BOXED_INSTRUCTION}' after the problem); qwen25-math-cot: Qwen2.5-Math's ChatML "
                         "prompt; chat: chat template with the bare problem; none: the bare problem")
     g.add_argument("--system-prompt", help="system prompt (chat templates only; default none)")
+    g.add_argument("--template-file", type=Path, metavar="FILE",
+                   help="a user template: plain text with one '{}' where the problem goes, no chat template (the "
+                        "form of OpenRLHF's --data.input_template); sets --template file and is recorded")
     g.add_argument("--seed", type=int, help="base seed; sample i of a problem uses a seed derived from it, "
                                             "the task and the problem id, plus i (default 0)")
     g = p.add_argument_group("data")
@@ -143,9 +146,21 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
         if len(data) != 1 or Path(data[0]).is_dir():
             raise ValueError("evalkit run needs exactly one --data FILE.jsonl")
         custom["name"] = suite
+    template_text = None
+    if getattr(args, "template_file", None) is not None:
+        if values["template"] not in (None, "file"):
+            raise ValueError(f"--template-file goes with --template file (or no --template), not {values['template']}")
+        try:
+            template_text = args.template_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"--template-file {args.template_file}: {exc.strerror or exc}") from None
+        values["template"] = "file"
+    elif values["template"] == "file" and args.resume:
+        template_text = read_json(args.output / records.CONFIG_FILE).get("generation", {}).get("template_text")
     for key, default in _DEFAULTS.items():
         if values[key] is None:
             values[key] = default
+    values["template_text"] = template_text
     return RunOptions(suite=suite, output=args.output, data=data, resume=args.resume, ray_address=args.ray_address,
                       trust_remote_code=args.trust_remote_code, grader_workers=args.grader_workers,
                       grade_timeout=args.grade_timeout, require_anchor=bool(require_anchor),

@@ -24,7 +24,7 @@ from .generation import (EngineSettings, Generation, RayDataParallel, SampleRequ
 from .records import RunDirError, SampleLog, generation_mismatch, read_json, write_json_atomic
 from .tasks import (DataError, Problem, Task, TaskData, custom_task, load_task, resolve_data_paths,
                     suite_tasks)
-from .templates import DEFAULT_TEMPLATE, TEMPLATES, render_prompt
+from .templates import DEFAULT_TEMPLATE, TEMPLATES, check_template_text, render_prompt
 
 FORMAT_VERSION = 1
 
@@ -48,6 +48,7 @@ class RunOptions:
     max_tokens: int = 32768
     template: str = DEFAULT_TEMPLATE
     system_prompt: Optional[str] = None
+    template_text: Optional[str] = None  # the user template of template="file" (one "{}")
     seed: int = 0
     tp: int = 1
     dp: int = 1
@@ -99,6 +100,8 @@ class RunOptions:
             (self.dp >= 1, f"--dp must be >= 1, got {self.dp}"),
             (self.limit is None or self.limit >= 1, f"--limit must be >= 1, got {self.limit}"),
             (self.template in TEMPLATES, f"--template must be one of {', '.join(TEMPLATES)}, got {self.template!r}"),
+            ((self.template == "file") == (self.template_text is not None),
+             "--template file goes with --template-file FILE (and a template text only with it)"),
             (self.grade_timeout > 0, f"--grade-timeout must be > 0, got {self.grade_timeout}"),
             (self.bootstrap_resamples >= 100, f"--bootstrap-resamples must be >= 100, got {self.bootstrap_resamples}"),
         ]
@@ -207,6 +210,8 @@ def prepare(options: RunOptions) -> PreparedRun:
         "seed": options.seed,
         "datasets": {td.task: td.sha256 for td in task_data},
     }
+    if options.template == "file":
+        generation["template_text"] = check_template_text(options.template_text)
     # Recorded when set; absent means off, so runs made before these options keep their parameters
     # (and their default output directory) unchanged.
     if options.top_k != -1:
@@ -235,7 +240,7 @@ def render_prompts(run: PreparedRun, keys=None) -> None:
     for td in run.tasks:
         for p in td.problems:
             if (p.task, p.id) in wanted:
-                rendered = render_prompt(p.text, o.template, tokenizer, o.system_prompt)
+                rendered = render_prompt(p.text, o.template, tokenizer, o.system_prompt, o.template_text)
                 run.prompts[(p.task, p.id)] = (rendered.text, rendered.token_ids)
 
 
@@ -591,4 +596,9 @@ def _sigint_follows(wait: float = 1.0) -> bool:
 def run_eval(options: RunOptions, log=print, llm=None, grader=None) -> tuple[Path, dict]:
     """Prepare and execute a run; return its directory and summary (``llm``, ``grader``: see :func:`execute`)."""
     run = prepare(options)
+    from .provenance import template_warning
+
+    warning = template_warning(options.model, run.generation)
+    if warning:
+        log(f"evalkit: warning: {warning}")
     return run.output, execute(run, log=log, llm=llm, grader=grader)

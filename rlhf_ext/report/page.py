@@ -57,6 +57,8 @@ class ReportData:
     metric_label: Optional[str] = None
     metric_keys: Dict[str, Optional[str]] = field(default_factory=dict)
     window: int = 1
+    template_notes: List[str] = field(default_factory=list)
+    """Evaluations whose prompt template differs from the one their run trained with."""
     min_effect: Optional[MinEffect] = None
     """The minimum effect of the evaluation verdicts (given, or seed spread + audited grader error)."""
 
@@ -80,6 +82,7 @@ def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequen
         data.points, data.unplaced = attribute(data.evals, runs)
         _say("paired bootstrap comparisons", quiet)
         data.pairs = paired_rows(data.points, runs, resamples=resamples)
+        data.template_notes = template_notes(data.points, runs)
     data.panels = [resolve(p, runs) for p in PANELS]
     done = [r for r in runs if r.last_step is not None]
     data.window = window_size(done)
@@ -89,6 +92,9 @@ def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequen
     # With seed groups, groups are compared (by the seeds' spread), not single runs.
     data.headline = headline(runs, data.pairs, compare_runs=not has_seed_groups(data.groups))
     data.headline += group_sentences(data.groups, data.group_rows, data.metric_label, data.window)
+    if data.template_notes:
+        data.headline.append(f"Warning: {len(data.template_notes)} evaluation(s) used a prompt template other than "
+                             "the one their run trained with (see Notes on the data).")
     if data.pairs or min_effect_points is not None:
         data.min_effect = measured_min_effect(data, min_effect_points)
         for row in data.pairs:
@@ -101,6 +107,27 @@ def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequen
             data.headline.append(f"Evaluation verdicts at the experiment's resolution ({data.min_effect.describe()}): "
                                  + "; ".join(said) + ".")
     return data
+
+
+def template_notes(points: Sequence[EvalPoint], runs: Sequence[RunRecord]) -> List[str]:
+    """One note per (evaluation, run) whose prompt templates differ (evalkit's ``template_mismatch``)."""
+    from ..evalkit.records import RunDirError, read_json
+    from ..evalkit.templates import template_mismatch
+
+    notes, seen = [], set()
+    for p in points:
+        key = (str(p.eval.path), p.run)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            generation = read_json(Path(p.eval.path) / "config.json").get("generation", {})
+        except RunDirError:
+            continue
+        message = template_mismatch(runs[p.run].args, generation)
+        if message:
+            notes.append(f"{runs[p.run].name} @ step {p.step}: evaluation {p.eval.path}: {message}")
+    return notes
 
 
 def measured_min_effect(data: ReportData, given: Optional[float] = None) -> MinEffect:
@@ -509,6 +536,7 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
 
     notes = [f"{r.name}: {w}" for r in runs for w in r.warnings]
     notes += [f"evaluation {ev.path} not shown: {why}" for ev, why in data.unplaced]
+    notes += data.template_notes
     if any(r.wall_time_s is None for r in runs if len(r.steps)):
         notes.append("some runs record no elapsed time: they are absent when the x axis is wall-clock time")
     notes_html = ("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>") if notes else \

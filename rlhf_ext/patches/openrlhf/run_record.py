@@ -410,6 +410,10 @@ def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
         "versions": _versions(),
         "git": _git(os.getcwd()),
         "data_sha256": {f: _sha256(f) for f in _data_files(namespace)},
+        # the prompt the run trained with (OpenRLHF ignores the input template under the chat template)
+        "prompt_template": {"apply_chat_template": bool(args.get("data.apply_chat_template")),
+                            "input_template": args.get("data.input_template"),
+                            "input_key": args.get("data.input_key")},
         "started_at": started_at,
     }
 
