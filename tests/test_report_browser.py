@@ -200,6 +200,7 @@ def test_short_runs_report_in_chromium_offline(report_inputs, browser, tmp_path)
         assert page.locator("#run-table tr").count() == 3
         assert "GRPO" in page.inner_text("#run-table") and "Dr.GRPO" in page.inner_text("#run-table")
         assert page.locator("#config-diff tr").count() >= 2
+        assert page.locator("#throughput-table tr").count() == 3  # header + one row per run
         pairs = page.inner_text("#pair-table")
         assert "between runs" in pairs and "over training" in pairs
         assert ("within noise" in pairs) or ("distinguishable" in pairs)
@@ -268,6 +269,11 @@ def test_long_resumed_running_and_stopped_runs_in_chromium_offline(report_inputs
         status = page.inner_text("#run-table")
         for word in ("finished", "running", "stopped by guard", "resumed at 1001"):
             assert word in status, status
+        # OpenRLHF's eval/* values, on the step axis beside evalkit's: one line per run that logged them,
+        # through the recorded steps (checkpoints every 1000 steps: grpo_3k and dapo_resumed)
+        evals = page.evaluate("() => { const gd = document.getElementById('fig-traineval-0');"
+                              " return gd.data.map(t => [t.name, Array.from(gd._fullData[gd.data.indexOf(t)].x)]); }")
+        assert evals == [["grpo_3k", [1000, 2000, 3000]], ["dapo_resumed", [1000, 2000]]]
         incidents = page.inner_text("#incidents-table")
         for word in ("guard incident", "restart", "no end record", "non-finite metric", "mismatch warning"):
             assert word in incidents, incidents

@@ -283,7 +283,7 @@ def cmd_compare(argv: Sequence[str]) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ", ".join(list(SUITES) + ["run", "list", "report", "compare", "audit"])
+    commands = ", ".join(list(SUITES) + ["run", "list", "report", "compare", "audit", "sweep"])
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: evalkit {" + commands + "} [options]\n\n"
               "Math benchmark evaluation on vLLM with many samples per problem, honest statistics\n"
@@ -293,7 +293,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "  evalkit list                          tasks, sources, sizes, answer formats\n"
               "  evalkit report RUN_DIR                summary of a run\n"
               "  evalkit compare RUN_A RUN_B [...]     paired differences against RUN_A\n"
-              "  evalkit audit RUN_DIR --n 50          hand-check a stratified sample: the grader's error rate\n\n"
+              "  evalkit audit RUN_DIR --n 50          hand-check a stratified sample: the grader's error rate\n"
+              "  evalkit sweep RUN_RECORD TASK --output DIR [options]   every checkpoint of a training run\n\n"
               "'evalkit TASK --help' lists the run options.\n\n" + EPILOG)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
@@ -308,6 +309,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_report(rest)
         if command == "compare":
             return cmd_compare(rest)
+        if command == "sweep":
+            from .sweep import main as sweep_main
+
+            return sweep_main(rest)
         if command == "audit":
             from .audit import main as audit_main
 

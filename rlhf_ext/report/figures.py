@@ -282,3 +282,28 @@ def seed_group_figures(data, colors: Sequence[str]) -> List[Tuple[str, object]]:
                        x=0.01, font=dict(size=14)), yaxis=dict(title=dict(text=data.metric_label)))
         out.append(("fig-groups-final", fig))
     return out
+
+
+def training_eval_figures(runs: Sequence[RunRecord], colors: Sequence[str]) -> List[Tuple[str, object]]:
+    """One figure per ``eval/*`` key OpenRLHF logged during training (``--eval.steps``), a line per run
+    on the step axis, beside evalkit's evaluations of the checkpoints."""
+    import plotly.graph_objects as go
+
+    keys = sorted({k for r in runs for k in r.metrics if k.startswith("eval/") and r.has(k)})
+    out = []
+    for n, key in enumerate(keys):
+        fig = go.Figure()
+        for i, run in enumerate(runs):
+            steps, values = run.series(key)
+            if not len(steps):
+                continue
+            fig.add_trace(go.Scatter(x=steps.astype(np.int32), y=values.astype(np.float32), mode="lines+markers",
+                                     name=run.name, line=dict(color=colors[i], width=2), marker=dict(size=7),
+                                     hovertemplate="step %{x}: %{y:.4g}"))
+        fig.update_layout(
+            template=_template(), title=dict(text=f"{key} (OpenRLHF, during training)", x=0.01, font=dict(size=14)),
+            height=320, margin=dict(l=60, r=15, t=40, b=40), xaxis=dict(title=dict(text="step", standoff=4)),
+            yaxis=dict(title=dict(text=key.split("/", 1)[1])),
+            legend=dict(orientation="h", yanchor="top", y=-0.24, x=0, font=dict(size=11)))
+        out.append((f"fig-traineval-{n}", fig))
+    return out

@@ -26,7 +26,7 @@ import numpy as np
 from .configdiff import ConfigDiff, algorithm_summary, diff_configs, format_value
 from .evals import EvalPoint, EvalRun, PairRow, attribute, find_eval_dirs, load_eval, paired_rows
 from .figures import (DynamicsFigure, dynamics_figure, eval_figures, run_colors, seed_group_figures, timing_figure,
-                      wall_unit, window_choices)
+                      training_eval_figures, wall_unit, window_choices)
 from ..evalkit.resolution import MinEffect, audited_error, min_effect, verdict
 from .groups import GroupComparison, SeedGroup, comparisons, has_seed_groups, seed_groups
 from .headline import group_sentences, headline, headline_metric, latest_pairs, window_size
@@ -310,7 +310,27 @@ def _run_table(data: ReportData, colors: Sequence[str]) -> str:
              "\u00b7 clip)</th><th>last step</th><th>status</th><th>wall time</th><th>budget: samples generated</th>"
              "<th>tokens generated</th></tr>"
              + "".join(rows) + "</table>")
-    return table + _diff_table(data, colors)
+    return table + _throughput_table(data) + _diff_table(data, colors)
+
+
+def _throughput_table(data: ReportData) -> str:
+    from .throughput import throughput_rows
+
+    rows = throughput_rows(data.runs)
+    if not any(r.s_per_step is not None for r in rows):
+        return ""
+
+    def cell(x, fmt):
+        return "\u2014" if x is None else fmt.format(x)
+
+    body = "".join(f"<tr><td>{_e(r.name)}</td><td class=num>{cell(r.s_per_step, '{:.3g}')}</td>"
+                   f"<td class=num>{cell(r.tokens_per_s, '{:.4g}')}</td><td class=num>{cell(r.speed_vs_first, '{:.2f}x')}"
+                   f"</td><td class=num>{cell(None if r.wait_share is None else 100 * r.wait_share, '{:.0f}%')}</td>"
+                   f"<td class=num>{cell(r.weight_sync_s, '{:.3g}')}</td></tr>" for r in rows)
+    return ("<h3 style='font-size:14px;margin:16px 0 6px'>Throughput (medians over steps)</h3>"
+            "<table id=throughput-table><tr><th>run</th><th>s/step</th><th>completion tokens/s</th>"
+            "<th>speed vs first run</th><th>% of step waiting for rollouts</th><th>weight sync, s</th></tr>"
+            + body + "</table>")
 
 
 def _diff_table(data: ReportData, colors: Sequence[str]) -> str:
@@ -525,7 +545,10 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
         dyn_parts.append(_figure_div(*timing))
 
     eval_parts = [_figure_div(div_id, fig) for div_id, fig in eval_figures(data.points, runs, colors)]
-    if not data.evals:
+    eval_parts += [_figure_div(div_id, fig) for div_id, fig in training_eval_figures(runs, colors)]
+    if not data.evals and eval_parts:
+        eval_html = f'<div class="grid">{"".join(eval_parts)}</div>'
+    elif not data.evals:
         eval_html = ('<p class="note" id=evals-none>No evaluations given. Evaluate checkpoints with <code>evalkit</code> '
                      "and pass the output directories with <code>--evals</code>.</p>")
     elif not eval_parts:

@@ -99,6 +99,8 @@ def write_synthetic_run(path, *, steps: int = 200, seed: int = 0, estimator: str
         if mismatch:
             rec["rollout_mismatch/probs_diff_mean"] = abs(rng.normal(0.003, 0.0008))
             rec["rollout_mismatch/probs_corr_loss_1e4"] = 10 * rec["rollout_mismatch/probs_diff_mean"]
+        if checkpoint_every and step % checkpoint_every == 0:
+            rec["eval/accuracy"] = rate  # OpenRLHF's eval metrics on the steps that evaluate (--eval.steps)
         if nonfinite_at == step:
             rec["train/policy_loss"] = None
             rec["nonfinite"] = ["train/policy_loss"]

@@ -119,6 +119,9 @@ class RunWriter:
             self.event("start", 0)
 
     def write_step(self, step: int, values: Mapping[str, Any]) -> None:
+        from rlhf_ext.throughput import step_throughput
+
+        values = {**values, **step_throughput(values)}
         runs.append_jsonl(self.path / runs.METRICS, runs.metrics_record(step, values, now=time.time(),
                                                                          started_at=self.started_at))
 
