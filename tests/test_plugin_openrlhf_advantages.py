@@ -230,7 +230,7 @@ def test_openrlhf_estimators_are_bit_identical(em, Experience, name, kl_coef):
         assert torch.equal(a.advantages, b.advantages)
         assert torch.equal(a.returns, b.returns)
         assert torch.equal(a.rewards, b.rewards)
-        assert set(a.info) - set(b.info) == {"zero_variance_group_frac"}
+        assert set(a.info) - set(b.info) == {"zero_variance_group_frac", "advantage_std"}
 
 
 @pytest.mark.parametrize("name", ["grpo", "maxrl"])  # registered estimators (OpenRLHF's own have no input checks)
@@ -291,3 +291,19 @@ def test_gdpo_reads_the_reward_components_from_extra_logs(em, Experience):
     experiences, _ = make_batch(Experience, BINARY)
     with pytest.raises(ValueError, match="rollouts carry none.*--reward.functions"):
         make_maker(em, "gdpo", 4).compute_advantages_and_returns(experiences)
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "reinforce_baseline", "rloo"])  # rlhf_ext's and OpenRLHF's
+def test_advantage_std_over_the_batchs_response_tokens(em, Experience, name):
+    experiences, mask = make_batch(Experience, BINARY)
+    out = make_maker(em, name, 4).compute_advantages_and_returns(experiences)
+    adv = gather(out, "advantages")
+    tokens = adv[mask.bool()].double()
+    expected = ((tokens - tokens.mean()) ** 2).mean().sqrt()  # population std over response tokens
+    values = gather_info(out, "advantage_std")
+    assert values.double() == pytest.approx(torch.full((12,), float(expected)).double(), rel=1e-6)
+    assert float(expected) > 0
+    # a batch in which every group is all-equal carries no signal: the std is 0
+    flat, _ = make_batch(Experience, torch.tensor([1.0] * 4 + [0.0] * 8))
+    out = make_maker(em, name, 4).compute_advantages_and_returns(flat)
+    assert gather_info(out, "advantage_std").abs().max() == pytest.approx(0.0, abs=1e-6)

@@ -51,6 +51,10 @@ PANEL_KEYS = {
     "kl": [("train/kl",)],
     "mismatch": [("rollout_mismatch/probs_diff_mean",)],
     "step_time": [("timing/step_total",)],
+    "zero_variance": [("rlhf_ext/zero_variance_group_frac_before_filter", "train/zero_variance_group_frac")],
+    "advantage_std": [("train/advantage_std",)],
+    "ppo_kl": [("train/ppo_kl",)],
+    "rollout_corr": [("rollout_mismatch/probs_corr_loss_1e4",)],
 }
 
 
@@ -196,6 +200,7 @@ def test_short_runs_report_in_chromium_offline(report_inputs, browser, tmp_path)
         assert page.locator("#run-table tr").count() == 3
         assert "GRPO" in page.inner_text("#run-table") and "Dr.GRPO" in page.inner_text("#run-table")
         assert page.locator("#config-diff tr").count() >= 2
+        assert page.locator("#throughput-table tr").count() == 3  # header + one row per run
         pairs = page.inner_text("#pair-table")
         assert "between runs" in pairs and "over training" in pairs
         assert ("within noise" in pairs) or ("distinguishable" in pairs)
@@ -223,6 +228,20 @@ def test_short_runs_report_in_chromium_offline(report_inputs, browser, tmp_path)
         assert all(b > a for a, b in zip(wall[0], wall[0][1:])) and wall[0][0] > 0
         elapsed = [json.loads(x)["elapsed_s"] / 60 for x in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
         assert wall[0] == pytest.approx(elapsed, rel=1e-6)  # minutes, from the run's own elapsed_s
+        # equal budgets: samples generated on the x axis, from each step's rollout/num_samples, cumulated
+        page.select_option("#xaxis", "samples")
+        page.wait_for_function("() => document.body.dataset.xaxis === 'samples'")
+        budget = page.evaluate("() => { const gd = document.getElementById('fig-dyn-pass_rate');"
+                               " return [Array.from(gd._fullData[1].x), gd.layout.xaxis.title.text]; }")
+        samples = [json.loads(x)["rollout/num_samples"] for x in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
+        assert budget[1] == "samples generated"
+        assert budget[0] == pytest.approx([sum(samples[:i + 1]) for i in range(len(samples))])
+        table = page.inner_text("#run-table")
+        assert "budget: samples generated" in table and f"{sum(samples):.0f}" in table
+        page.select_option("#xaxis", "tokens")
+        page.wait_for_function("() => document.body.dataset.xaxis === 'tokens'")
+        assert page.evaluate("() => document.getElementById('fig-dyn-reward').layout.xaxis.title.text") == \
+            "tokens generated"
         page.select_option("#xaxis", "step")
         page.wait_for_function("() => document.body.dataset.xaxis === 'step'")
 
@@ -250,6 +269,11 @@ def test_long_resumed_running_and_stopped_runs_in_chromium_offline(report_inputs
         status = page.inner_text("#run-table")
         for word in ("finished", "running", "stopped by guard", "resumed at 1001"):
             assert word in status, status
+        # OpenRLHF's eval/* values, on the step axis beside evalkit's: one line per run that logged them,
+        # through the recorded steps (checkpoints every 1000 steps: grpo_3k and dapo_resumed)
+        evals = page.evaluate("() => { const gd = document.getElementById('fig-traineval-0');"
+                              " return gd.data.map(t => [t.name, Array.from(gd._fullData[gd.data.indexOf(t)].x)]); }")
+        assert evals == [["grpo_3k", [1000, 2000, 3000]], ["dapo_resumed", [1000, 2000]]]
         incidents = page.inner_text("#incidents-table")
         for word in ("guard incident", "restart", "no end record", "non-finite metric", "mismatch warning"):
             assert word in incidents, incidents
@@ -261,6 +285,67 @@ def test_long_resumed_running_and_stopped_runs_in_chromium_offline(report_inputs
         page.wait_for_function("() => document.body.dataset.xaxis === 'wall'")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "report_long.png"), full_page=True)
+        assert errors == [], errors
+        assert outside == [], outside
+    finally:
+        context.close()
+
+
+def final_window_mean(run_dir: Path, key: str, k: int) -> float:
+    values = [rec[key] for rec in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if key in rec]
+    return sum(values[-k:]) / k
+
+
+def test_seed_groups_in_chromium_offline(browser, tmp_path):
+    """Two recipes x three seeds (synthetic run records that differ only in train.seed within a recipe) with
+    an evaluation of every seed's final model: the group table, the group comparison and the two figures,
+    their values recomputed here from metrics.jsonl."""
+    root = tmp_path / "seeds"
+    groups = {"grpo": (0.55, 0), "dr_grpo": (0.7, 10)}
+    run_dirs = []
+    for estimator, (rate, base_seed) in groups.items():
+        for s in range(3):
+            run = write_synthetic_run(root / f"{estimator}_seed{s}", steps=120, seed=base_seed + s,
+                                      estimator=estimator, final_rate=rate, mismatch=False)
+            write_synthetic_eval(root / "evals" / run.name, model=run / "final", accuracy=rate - 0.1 + 0.03 * s,
+                                 seed=base_seed + s)
+            run_dirs.append(run)
+    out = build(run_dirs, [root / "evals"], tmp_path / "seeds.html")
+    page, context, errors, outside = open_offline(browser, out)
+    try:
+        table = page.inner_text("#group-table")
+        assert page.locator("#group-table tr").count() == 3 and "grpo_seed1 (seed 1)" in table
+        comparison = page.inner_text("#group-comparisons")
+        assert "dr_grpo \u2212 grpo" in comparison and "final-window batch pass rate" in comparison
+        assert "avg@n" in comparison  # the final evaluations are compared by group too
+        counts = trace_counts(page)
+        assert counts["fig-groups-curve"] == 4 and counts["fig-groups-final"] == 4  # band + line / seeds + mean
+        # the per-seed points are each run's final-window mean of train/score (window: 10 steps)
+        seeds = page.evaluate("() => document.getElementById('fig-groups-final')._fullData"
+                              ".filter((t, i) => i % 2 === 0).map(t => Array.from(t.y))")
+        expected = [[final_window_mean(d, "train/score", 10) for d in run_dirs[g * 3:(g + 1) * 3]] for g in range(2)]
+        assert seeds[0] == pytest.approx(expected[0], abs=1e-6) and seeds[1] == pytest.approx(expected[1], abs=1e-6)
+        mean = page.evaluate("() => document.getElementById('fig-groups-final')._fullData[1].y[0]")
+        assert mean == pytest.approx(sum(expected[0]) / 3, abs=1e-6)
+        # the curve is the mean over seeds of each seed's moving average (trailing, page default window)
+        window = int(page.evaluate("() => document.body.dataset.window"))
+        curve = page.evaluate("() => { const t = document.getElementById('fig-groups-curve')._fullData[1];"
+                              " return [Array.from(t.x), Array.from(t.y)]; }")
+        scores = [[rec["train/score"] for rec in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
+                  for d in run_dirs[:3]]
+        smoothed = [[sum(s[max(0, i - window + 1):i + 1]) / len(s[max(0, i - window + 1):i + 1]) for i in range(120)]
+                    for s in scores]
+        assert [int(x) for x in curve[0]] == list(range(1, 121))
+        assert curve[1] == pytest.approx([sum(col) / 3 for col in zip(*smoothed)], abs=1e-5)
+        assert "Seed groups (runs that differ only in their seed)" in page.inner_text("#headline")
+        # evaluation verdicts at the resolution the seeds measured (no --min-effect given)
+        verdicts = page.eval_on_selector_all("#pair-table [data-verdict]", "es => es.map(e => e.dataset.verdict)")
+        assert verdicts and set(verdicts) <= {"better", "worse", "no difference"}
+        assert "= seed spread" in page.inner_text("#pair-table + p")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "report_seed_groups.png"
+        page.locator("#groups").screenshot(path=str(shot))
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert errors == [], errors
         assert outside == [], outside
     finally:

@@ -71,6 +71,13 @@ def test_healthy_run_records_config_every_logged_metric_and_events(e2e_grpo_run,
             assert rec["train/actor_grad_norm"] > 0
         else:
             assert rec["train/actor_grad_norm"] >= 0
+        # counted where the groups are made (before any dynamic filtering) and where the advantages
+        # are: no filtering in this run, so the same 4 groups and the same share
+        assert rec["rlhf_ext/groups_generated"] == 4
+        assert rec["rlhf_ext/zero_variance_group_frac_before_filter"] == pytest.approx(
+            rec["train/zero_variance_group_frac"])
+        # the advantage std is 0 exactly when no group carries signal
+        assert (rec["train/advantage_std"] > 0) == (rec["train/zero_variance_group_frac"] < 1)
         assert rec["rlhf_ext/ds_skipped_steps"] == 0 and rec["rlhf_ext/guard/incidents"] == 0
         assert rec["rlhf_ext/guard/max_abs_log_ratio"] >= 0
         assert rec["elapsed_s"] > 0 and rec["time"] > config["started_at"]

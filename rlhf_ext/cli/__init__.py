@@ -284,6 +284,9 @@ def _add_report(subparsers) -> None:
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
     p.add_argument("--title", default=None, help="page title (default: 'RL runs: <names>')")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--min-effect", type=float, default=None, metavar="POINTS",
+                   help="smallest avg@n / maj@n difference, in points, that counts as better / worse (default: the "
+                        "seed spread of the seed groups' evaluations plus the grader error rate of any evalkit audit)")
     p.set_defaults(handler=_run_report)
 
 
@@ -301,9 +304,12 @@ def _run_report(args: argparse.Namespace) -> int:
             return 2
     command = shlex.join(["rlhf-ext", "report", *args.run_dirs, *(["--evals", *args.evals] if args.evals else []),
                           *(["--names", args.names] if names else []), "-o", args.output])
+    if args.min_effect is not None and not args.min_effect >= 0:
+        print(f"rlhf-ext report: error: --min-effect must be >= 0 points, got {args.min_effect}", file=sys.stderr)
+        return 2
     try:
         out = write_report(args.run_dirs, args.output, eval_dirs=args.evals, names=names, title=args.title,
-                           quiet=args.quiet, command=command)
+                           quiet=args.quiet, command=command, min_effect_points=args.min_effect)
     except (RunRecordError, EvalDirError, RunDirError) as exc:
         print(f"rlhf-ext report: error: {exc}", file=sys.stderr)
         return 2
@@ -370,13 +376,14 @@ def _run_alignment(args: argparse.Namespace) -> int:
 def _add_runs(subparsers) -> None:
     p = subparsers.add_parser(
         "runs",
-        help="run records of OpenRLHF runs with --plugin rlhf_ext: show one, import TensorBoard logs",
+        help="run records of OpenRLHF runs with --plugin rlhf_ext: show or check one, import TensorBoard logs",
         description=(
             "Run records (docs/run_records.md): every train_ppo_ray --plugin rlhf_ext run writes "
             "config.json, metrics.jsonl, events.jsonl (and incident.json after a guard stop) to "
             "--rlhf_ext.run_dir (default <--ckpt.path>/rlhf_ext_run).\n\n"
             "examples:\n"
             "  rlhf-ext runs show ckpt/checkpoints_ppo_ray/rlhf_ext_run\n"
+            "  rlhf-ext runs check ckpt/checkpoints_ppo_ray/rlhf_ext_run     # smoke verdict, exit code 0/1\n"
             "  rlhf-ext runs export --tensorboard logs/tb/my_old_run --output runs/my_old_run"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -389,6 +396,31 @@ def _add_runs(subparsers) -> None:
                                       "metrics, guard incidents, checkpoints. Example: rlhf-ext runs show runs/r1")
     show.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds config.json / metrics.jsonl)")
     show.set_defaults(handler=_run_runs_show)
+    check = sub.add_parser(
+        "check",
+        help="smoke verdict of a run: ended, finite, ratio near 1, advantages alive, reward direction, mismatch",
+        description="One line per check (PASS / FAIL / SKIP), then the verdict; exit code 0 when no check failed, "
+                    "1 when one did, 2 when RUN_DIR is not a run record. Meant for a 20-step smoke run before "
+                    "the long one, e.g. as a command of a queue suite. Checks and thresholds: docs/run_records.md. "
+                    "Example: rlhf-ext runs check runs/smoke/ckpt/rlhf_ext_run",
+    )
+    check.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds config.json / metrics.jsonl)")
+    check.add_argument("--window", type=int, default=5, metavar="K",
+                       help="first / last K steps compared for the reward and the advantage checks (default 5)")
+    check.add_argument("--max-ppo-kl", type=float, default=0.02, metavar="X",
+                       help="largest |train/ppo_kl| of a step for the importance ratio to count as near 1 "
+                            "(default 0.02)")
+    check.add_argument("--max-zero-variance", type=float, default=0.9, metavar="FRAC",
+                       help="share of zero-variance prompt groups over the last K steps at which the advantages "
+                            "count as collapsed (default 0.9)")
+    check.add_argument("--mismatch-threshold", type=float, default=None, metavar="X",
+                       help="limit on rollout_mismatch/probs_diff_mean (default: the run's "
+                            "--rlhf_ext.mismatch_threshold, else 0.005)")
+    check.add_argument("--require-rise", action="store_true",
+                       help="fail unless the reward rises by more than 2 standard errors (default: fail only "
+                            "when it falls)")
+    check.add_argument("--json", action="store_true", help="print the verdict as JSON instead of lines")
+    check.set_defaults(handler=_run_runs_check)
     export = sub.add_parser(
         "export",
         help="convert an older run's TensorBoard event files into a run directory (metrics.jsonl)",
@@ -413,6 +445,27 @@ def _run_runs_show(args: argparse.Namespace) -> int:
         print(f"rlhf-ext runs show: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _run_runs_check(args: argparse.Namespace) -> int:
+    import json
+
+    from ..runcheck import CheckOptions, check_run
+
+    for flag, value in (("--window", args.window), ("--max-ppo-kl", args.max_ppo_kl),
+                        ("--max-zero-variance", args.max_zero_variance)):
+        if not value > 0:
+            print(f"rlhf-ext runs check: error: {flag} must be > 0, got {value}", file=sys.stderr)
+            return 2
+    options = CheckOptions(window=args.window, max_ppo_kl=args.max_ppo_kl, max_zero_variance=args.max_zero_variance,
+                           require_rise=args.require_rise, mismatch_threshold=args.mismatch_threshold)
+    try:
+        verdict = check_run(args.run_dir, options)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"rlhf-ext runs check: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(verdict.to_dict(), indent=2) if args.json else "\n".join(verdict.lines()))
+    return 0 if verdict.passed else 1
 
 
 def _run_runs_export(args: argparse.Namespace) -> int:

@@ -41,12 +41,14 @@ def add_data_commands(subparsers) -> None:
     p.add_argument("--answer-key", help="field with the gold answer (default: answer or Answer)")
     p.add_argument("--id-key", help="field with a unique id (default: id, unique_id, idx or ID; else the line number)")
     p.add_argument("--n-samples", type=_positive, default=8, help="samples per prompt (default 8)")
-    p.add_argument("--template", default="chat", choices=("chat", "r1", "qwen25-math-cot", "none"),
+    p.add_argument("--template", default="chat", choices=("chat", "r1", "qwen25-math-cot", "none", "r1-zero"),
                    help="prompt template (default chat: the bare prompt in the model's chat template, as "
                         "OpenRLHF's --data.apply_chat_template renders it)")
     p.add_argument("--system-prompt", help="system prompt (chat templates only)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     p.add_argument("--top-p", type=float, default=1.0, help="top_p (default 1.0)")
+    p.add_argument("--top-k", type=int, default=-1, help="top_k; -1: off (default -1, as OpenRLHF's --rollout.top_k)")
+    p.add_argument("--min-p", type=float, default=0.0, help="min_p; 0: off (default 0)")
     p.add_argument("--max-tokens", type=_positive, default=1024, help="max new tokens per sample (default 1024)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument("--limit", type=_positive, help="only the first N prompts")
@@ -143,7 +145,7 @@ def _sample(args, sample) -> None:
     sample(model=args.model, data=args.data, output=args.output, name=args.name, n_samples=args.n_samples,
            problem_key=args.problem_key, answer_key=args.answer_key, id_key=args.id_key, template=args.template,
            system_prompt=args.system_prompt, temperature=args.temperature, top_p=args.top_p,
-           max_tokens=args.max_tokens, seed=args.seed, tp=args.tp, dp=args.dp, limit=args.limit,
+           top_k=args.top_k, min_p=args.min_p, max_tokens=args.max_tokens, seed=args.seed, tp=args.tp, dp=args.dp, limit=args.limit,
            ray_address=args.ray_address, gpu_memory_utilization=args.gpu_memory_utilization,
            enforce_eager=args.enforce_eager, max_model_len=args.max_model_len, grader_workers=args.grader_workers,
            require_anchor=args.require_anchor, progress=not args.no_progress, log=lambda m: print(m, flush=True))

@@ -33,3 +33,9 @@ __all__ = [
     "TEMPLATES", "render_prompt", "TemplateError",
     "build_tiny_model", "build_tiny_tokenizer",
 ]
+
+# Verdicts at the experiment's resolution and the grader audit (issue 24).
+from .audit import run_audit  # noqa: E402
+from .resolution import MinEffect, min_effect, seed_spread, verdict  # noqa: E402
+
+__all__ += ["run_audit", "MinEffect", "min_effect", "seed_spread", "verdict"]

@@ -27,9 +27,9 @@ command resumes into the same directory and generates only the missing samples.
 """
 
 # Options a resumed run may take from its config.json when they are not given again.
-_RESUMABLE = ("model", "n_samples", "temperature", "top_p", "max_tokens", "template", "system_prompt", "seed",
+_RESUMABLE = ("model", "n_samples", "temperature", "top_p", "top_k", "min_p", "max_tokens", "template", "system_prompt", "seed",
               "tp", "dp", "limit", "gpu_memory_utilization", "kv_cache", "enforce_eager", "max_model_len", "dtype")
-_DEFAULTS = {"n_samples": 64, "temperature": 0.6, "top_p": 0.95, "max_tokens": 32768, "template": "r1",
+_DEFAULTS = {"n_samples": 64, "temperature": 0.6, "top_p": 0.95, "top_k": -1, "min_p": 0.0, "max_tokens": 32768, "template": "r1",
              "seed": 0, "tp": 1, "dp": 1, "dtype": "auto"}
 
 
@@ -41,12 +41,18 @@ def _run_parser(name: str, help_text: str) -> argparse.ArgumentParser:
     g.add_argument("--n-samples", type=int, help="samples per problem (default 64)")
     g.add_argument("--temperature", type=float, help="sampling temperature (default 0.6)")
     g.add_argument("--top-p", type=float, help="nucleus sampling top_p (default 0.95)")
+    g.add_argument("--top-k", type=int, help="sample among the k most likely tokens; -1: off (default -1)")
+    g.add_argument("--min-p", type=float, help="drop tokens below min_p x the top token's probability; 0: off "
+                                               "(default 0)")
     g.add_argument("--max-tokens", type=int, help="max new tokens per sample (default 32768)")
     g.add_argument("--template", choices=TEMPLATES,
                    help="prompt template (default r1: the model's chat template, no system prompt, and "
                         f"'{BOXED_INSTRUCTION}' after the problem); qwen25-math-cot: Qwen2.5-Math's ChatML "
                         "prompt; chat: chat template with the bare problem; none: the bare problem")
     g.add_argument("--system-prompt", help="system prompt (chat templates only; default none)")
+    g.add_argument("--template-file", type=Path, metavar="FILE",
+                   help="a user template: plain text with one '{}' where the problem goes, no chat template (the "
+                        "form of OpenRLHF's --data.input_template); sets --template file and is recorded")
     g.add_argument("--seed", type=int, help="base seed; sample i of a problem uses a seed derived from it, "
                                             "the task and the problem id, plus i (default 0)")
     g = p.add_argument_group("data")
@@ -140,9 +146,21 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
         if len(data) != 1 or Path(data[0]).is_dir():
             raise ValueError("evalkit run needs exactly one --data FILE.jsonl")
         custom["name"] = suite
+    template_text = None
+    if getattr(args, "template_file", None) is not None:
+        if values["template"] not in (None, "file"):
+            raise ValueError(f"--template-file goes with --template file (or no --template), not {values['template']}")
+        try:
+            template_text = args.template_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"--template-file {args.template_file}: {exc.strerror or exc}") from None
+        values["template"] = "file"
+    elif values["template"] == "file" and args.resume:
+        template_text = read_json(args.output / records.CONFIG_FILE).get("generation", {}).get("template_text")
     for key, default in _DEFAULTS.items():
         if values[key] is None:
             values[key] = default
+    values["template_text"] = template_text
     return RunOptions(suite=suite, output=args.output, data=data, resume=args.resume, ray_address=args.ray_address,
                       trust_remote_code=args.trust_remote_code, grader_workers=args.grader_workers,
                       grade_timeout=args.grade_timeout, require_anchor=bool(require_anchor),
@@ -244,17 +262,28 @@ def cmd_compare(argv: Sequence[str]) -> int:
     p.add_argument("--bootstrap-resamples", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    p.add_argument("--min-effect", type=float, default=None, metavar="POINTS",
+                   help="smallest difference of avg@n / maj@n, in points, that counts as better / worse (default: "
+                        "the seed spread of --seed-runs plus the grader error rate of any audit.json in the runs; "
+                        "0 when neither was measured)")
+    p.add_argument("--seed-runs", nargs="+", type=Path, default=None, metavar="RUN_DIR",
+                   help="evaluations of one recipe's seeds (two or more): their SD of avg@n is the seed spread")
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         p.error("compare needs at least two run directories")
+    from .resolution import apply, audited_error, min_effect, render_verdicts, seed_spread
+
+    spread = seed_spread(args.seed_runs) if args.seed_runs and args.min_effect is None else None
+    grader = audited_error([*args.runs, *(args.seed_runs or [])]) if args.min_effect is None else None
     result = compare_runs(args.runs, resamples=args.bootstrap_resamples, seed=args.seed)
-    print(json.dumps(result, indent=2) if args.json else render_compare_markdown(result))
+    apply(result, min_effect(args.min_effect, spread, grader))
+    print(json.dumps(result, indent=2) if args.json else render_compare_markdown(result) + render_verdicts(result))
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ", ".join(list(SUITES) + ["run", "list", "report", "compare"])
+    commands = ", ".join(list(SUITES) + ["run", "list", "report", "compare", "audit", "sweep"])
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: evalkit {" + commands + "} [options]\n\n"
               "Math benchmark evaluation on vLLM with many samples per problem, honest statistics\n"
@@ -263,7 +292,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "  evalkit run --data FILE --name NAME   run on any JSONL of problems and answers\n"
               "  evalkit list                          tasks, sources, sizes, answer formats\n"
               "  evalkit report RUN_DIR                summary of a run\n"
-              "  evalkit compare RUN_A RUN_B [...]     paired differences against RUN_A\n\n"
+              "  evalkit compare RUN_A RUN_B [...]     paired differences against RUN_A\n"
+              "  evalkit audit RUN_DIR --n 50          hand-check a stratified sample: the grader's error rate\n"
+              "  evalkit sweep RUN_RECORD TASK --output DIR [options]   every checkpoint of a training run\n\n"
               "'evalkit TASK --help' lists the run options.\n\n" + EPILOG)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
@@ -278,6 +309,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_report(rest)
         if command == "compare":
             return cmd_compare(rest)
+        if command == "sweep":
+            from .sweep import main as sweep_main
+
+            return sweep_main(rest)
+        if command == "audit":
+            from .audit import main as audit_main
+
+            return audit_main(rest)
     except (DataError, RunDirError, TemplateError, ValueError) as exc:
         print(f"evalkit: error: {exc}", file=sys.stderr)
         return 2

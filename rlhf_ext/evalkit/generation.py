@@ -47,6 +47,8 @@ class SamplingSettings:
     temperature: float
     top_p: float
     max_tokens: int
+    top_k: int = -1  # -1: off
+    min_p: float = 0.0  # 0: off
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def _sampling_params(sampling: SamplingSettings, seed: int):
     from vllm.sampling_params import RequestOutputKind
 
     params = SamplingParams(n=1, temperature=sampling.temperature, top_p=sampling.top_p,
-                            max_tokens=sampling.max_tokens, seed=seed)
+                            top_k=sampling.top_k, min_p=sampling.min_p, max_tokens=sampling.max_tokens, seed=seed)
     params.output_kind = RequestOutputKind.FINAL_ONLY  # only finished samples matter here
     return params
 

@@ -139,7 +139,8 @@ def summarize(records_: Sequence[dict], config: dict, equivalence: Optional[Answ
         "suite": config["suite"],
         "model": gen["model"],
         "template": gen["template"],
-        "sampling": {"temperature": gen["temperature"], "top_p": gen["top_p"], "max_tokens": gen["max_tokens"],
+        "sampling": {"temperature": gen["temperature"], "top_p": gen["top_p"],
+                     **{k: gen[k] for k in ("top_k", "min_p") if k in gen}, "max_tokens": gen["max_tokens"],
                      "seed": gen["seed"]},
         "n_samples": n_samples,
         # runs from before the option were graded with the anchor required
@@ -165,7 +166,8 @@ def render_markdown(summary: dict) -> str:
         f"# evalkit {summary['suite']}: {summary['model']}",
         "",
         f"template `{summary['template']}`, temperature {s['temperature']}, top_p {s['top_p']}, "
-        f"max_tokens {s['max_tokens']}, seed {s['seed']}, n = {n} samples per problem. "
+        + "".join(f"{k} {s[k]}, " for k in ("top_k", "min_p") if k in s)
+        + f"max_tokens {s['max_tokens']}, seed {s['seed']}, n = {n} samples per problem. "
         f"Scores in %, with bootstrap 95% intervals over problems ({summary['bootstrap_resamples']} resamples).",
         "",
         "Answers: " + ("only those stated with an anchor (\\boxed{}, 'the answer is', <answer>, ####) are graded, "

@@ -24,7 +24,7 @@ from .generation import (EngineSettings, Generation, RayDataParallel, SampleRequ
 from .records import RunDirError, SampleLog, generation_mismatch, read_json, write_json_atomic
 from .tasks import (DataError, Problem, Task, TaskData, custom_task, load_task, resolve_data_paths,
                     suite_tasks)
-from .templates import DEFAULT_TEMPLATE, TEMPLATES, render_prompt
+from .templates import DEFAULT_TEMPLATE, TEMPLATES, check_template_text, render_prompt
 
 FORMAT_VERSION = 1
 
@@ -43,9 +43,12 @@ class RunOptions:
     n_samples: int = 64
     temperature: float = 0.6
     top_p: float = 0.95
+    top_k: int = -1  # -1: off (vLLM's 0 / OpenRLHF's --rollout.top_k -1)
+    min_p: float = 0.0  # 0: off
     max_tokens: int = 32768
     template: str = DEFAULT_TEMPLATE
     system_prompt: Optional[str] = None
+    template_text: Optional[str] = None  # the user template of template="file" (one "{}")
     seed: int = 0
     tp: int = 1
     dp: int = 1
@@ -89,11 +92,16 @@ class RunOptions:
             (self.n_samples >= 1, f"--n-samples must be >= 1, got {self.n_samples}"),
             (self.temperature >= 0, f"--temperature must be >= 0, got {self.temperature}"),
             (0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}"),
+            (isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
+             f"--top-k must be -1 (off) or >= 1, got {self.top_k}"),
+            (0 <= self.min_p <= 1, f"--min-p must be in [0, 1] (0: off), got {self.min_p}"),
             (self.max_tokens >= 1, f"--max-tokens must be >= 1, got {self.max_tokens}"),
             (self.tp >= 1, f"--tp must be >= 1, got {self.tp}"),
             (self.dp >= 1, f"--dp must be >= 1, got {self.dp}"),
             (self.limit is None or self.limit >= 1, f"--limit must be >= 1, got {self.limit}"),
             (self.template in TEMPLATES, f"--template must be one of {', '.join(TEMPLATES)}, got {self.template!r}"),
+            ((self.template == "file") == (self.template_text is not None),
+             "--template file goes with --template-file FILE (and a template text only with it)"),
             (self.grade_timeout > 0, f"--grade-timeout must be > 0, got {self.grade_timeout}"),
             (self.bootstrap_resamples >= 100, f"--bootstrap-resamples must be >= 100, got {self.bootstrap_resamples}"),
         ]
@@ -202,6 +210,14 @@ def prepare(options: RunOptions) -> PreparedRun:
         "seed": options.seed,
         "datasets": {td.task: td.sha256 for td in task_data},
     }
+    if options.template == "file":
+        generation["template_text"] = check_template_text(options.template_text)
+    # Recorded when set; absent means off, so runs made before these options keep their parameters
+    # (and their default output directory) unchanged.
+    if options.top_k != -1:
+        generation["top_k"] = options.top_k
+    if options.min_p != 0:
+        generation["min_p"] = options.min_p
     if custom is not None:
         # Which fields were read is part of what a sample means: another key is another task.
         generation["custom_task"] = dict(options.custom_task)
@@ -224,7 +240,7 @@ def render_prompts(run: PreparedRun, keys=None) -> None:
     for td in run.tasks:
         for p in td.problems:
             if (p.task, p.id) in wanted:
-                rendered = render_prompt(p.text, o.template, tokenizer, o.system_prompt)
+                rendered = render_prompt(p.text, o.template, tokenizer, o.system_prompt, o.template_text)
                 run.prompts[(p.task, p.id)] = (rendered.text, rendered.token_ids)
 
 
@@ -523,7 +539,8 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
                              f"{max_len - longest} or raise --max-model-len, so that no response is cut short "
                              "by the context instead of by --max-tokens")
         progress = _Progress(len(todo), len(problems), remaining, o.progress)
-        sampling = SamplingSettings(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_tokens)
+        sampling = SamplingSettings(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_tokens,
+                                    top_k=o.top_k, min_p=o.min_p)
         stream = (engine.stream(todo, sampling) if isinstance(engine, RayDataParallel)
                   else stream_generate(engine or llm, todo, sampling))
         try:
@@ -579,4 +596,9 @@ def _sigint_follows(wait: float = 1.0) -> bool:
 def run_eval(options: RunOptions, log=print, llm=None, grader=None) -> tuple[Path, dict]:
     """Prepare and execute a run; return its directory and summary (``llm``, ``grader``: see :func:`execute`)."""
     run = prepare(options)
+    from .provenance import template_warning
+
+    warning = template_warning(options.model, run.generation)
+    if warning:
+        log(f"evalkit: warning: {warning}")
     return run.output, execute(run, log=log, llm=llm, grader=grader)

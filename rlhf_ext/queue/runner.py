@@ -196,6 +196,8 @@ def _prepare(suite_path: Path, output: Path, set_values: Dict[str, str], only: O
         m.runs.append(mf.new_run_entry(run.name, commands=run.commands, expect=run.expect, run_dir=run.run_dir,
                                        record_dir=run.record_dir, sha256=sha))
         m.runs[-1]["env"] = run.env
+        if spec.group:
+            m.runs[-1]["seed_group"] = spec.group
     m.save()
     here = sha256_tree(package_dir())
     if here != record["code"]["sha256"]:  # cannot happen at creation; kept as an invariant

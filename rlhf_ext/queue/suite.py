@@ -36,7 +36,10 @@ list of paths: what must exist when the run is done -- kinds ``record``, ``evalu
 ``checkpoint`` name the run's final training record, evaluation and checkpoint in the manifest),
 ``env`` (extra environment variables), ``vars``, ``record_dir`` (optional: the run directory of
 the training's run record, for the manifest; OpenRLHF with the plugin writes it to
-``<--ckpt.path>/rlhf_ext_run`` unless ``--rlhf_ext.run_dir`` is given).
+``<--ckpt.path>/rlhf_ext_run`` unless ``--rlhf_ext.run_dir`` is given), ``seeds`` (a list of
+integers: the run is expanded into one run per seed, named ``NAME_seed<S>``, in which ``{seed}`` is
+that seed; the expanded runs form a seed group, the unit the report compares; ``--only NAME``
+selects the whole group).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\}")
-_RUN_KEYS = {"name", "commands", "expect", "env", "vars", "record_dir"}
+_RUN_KEYS = {"name", "commands", "expect", "env", "vars", "record_dir", "seeds"}
 _TOP_KEYS = {"suite", "vars", "inputs", "defaults", "runs"}
 BUILTINS = ("python", "output", "run", "run_dir", "suite_dir", "snapshot")
 
@@ -71,6 +74,8 @@ class RunSpec:
     env: Dict[str, str] = field(default_factory=dict)
     vars: Dict[str, VarValue] = field(default_factory=dict)
     record_dir: Optional[str] = None
+    group: Optional[str] = None
+    """The suite's run name when this run is one seed of a ``seeds = [...]`` run (its seed group)."""
 
 
 @dataclass
@@ -98,13 +103,16 @@ class Suite:
         return [r.name for r in self.runs]
 
     def select(self, only: Optional[Sequence[str]]) -> List[RunSpec]:
+        """The runs named in ``only`` (a seed group's name selects all its seeds), in suite order."""
         if not only:
             return list(self.runs)
-        unknown = [n for n in only if n not in self.run_names()]
+        groups = {r.group for r in self.runs if r.group}
+        unknown = [n for n in only if n not in self.run_names() and n not in groups]
         if unknown:
             raise SuiteError(f"{self.path}: --only names unknown run(s) {', '.join(unknown)}; "
-                             f"the suite has: {', '.join(self.run_names())}")
-        return [r for r in self.runs if r.name in only]
+                             f"the suite has: {', '.join(self.run_names())}"
+                             + (f" (seed groups: {', '.join(sorted(groups))})" if groups else ""))
+        return [r for r in self.runs if r.name in only or (r.group and r.group in only)]
 
 
 def _err(path, where: str, msg: str) -> SuiteError:
@@ -213,16 +221,50 @@ def parse_suite(data: Mapping, path: Path) -> Suite:
         record_dir = merged.get("record_dir")
         if record_dir is not None and not isinstance(record_dir, str):
             raise _err(path, where, "'record_dir' must be a path string")
-        runs.append(RunSpec(
+        spec = RunSpec(
             name=rname,
             commands=_check_commands(path, where, merged["commands"]),
             expect=_check_expect(path, where, merged["expect"]),
             env=dict(env),
             vars=run_vars,
             record_dir=record_dir,
-        ))
+        )
+        if "seeds" not in merged:
+            runs.append(spec)
+            continue
+        seeds = _check_seeds(path, where, merged["seeds"])
+        if "seed" in run_vars or "seed" in variables:
+            raise _err(path, where, "'seeds' sets {seed} for each expanded run; do not also set a variable 'seed'")
+        if not _uses_seed(spec, variables):
+            raise _err(path, where, f"seeds = {seeds} but neither its commands nor any variable uses {{seed}}: "
+                                    "every seed would run the same command")
+        for seed in seeds:
+            member = f"{rname}_seed{seed}"
+            if member in seen:
+                raise _err(path, where, f"seed run {member!r} clashes with another run's name")
+            seen.add(member)
+            runs.append(RunSpec(name=member, commands=[list(c) for c in spec.commands],
+                                expect={k: list(v) for k, v in spec.expect.items()}, env=dict(env),
+                                vars={**run_vars, "seed": str(seed)}, record_dir=record_dir, group=rname))
     return Suite(path=path, name=name, vars=variables, inputs=dict(inputs), runs=runs,
                  description=str(head.get("description", "")))
+
+
+def _check_seeds(path, where: str, value) -> List[int]:
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
+        raise _err(path, where, f"'seeds' must be a non-empty list of non-negative integers, got {value!r}")
+    if len(set(value)) != len(value):
+        raise _err(path, where, f"'seeds' lists a seed twice: {value!r}")
+    return list(value)
+
+
+def _uses_seed(spec: RunSpec, suite_vars: Mapping[str, VarValue]) -> bool:
+    """Whether ``{seed}`` appears in the run's commands, env, record_dir or in any variable it could reach."""
+    texts = [a for cmd in spec.commands for a in cmd] + list(spec.env.values()) + [spec.record_dir or ""]
+    for value in list(spec.vars.values()) + list(suite_vars.values()):
+        texts.extend(value if isinstance(value, list) else [value])
+    return any("{seed}" in t for t in texts)
 
 
 def parse_sets(pairs: Optional[Sequence[str]]) -> Dict[str, str]:

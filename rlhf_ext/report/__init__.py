@@ -20,6 +20,7 @@ evaluations, :func:`headline`; :func:`collect` computes all of it. plotly is nee
 from .configdiff import ConfigDiff, algorithm_summary, comparable_view, diff_configs
 from .discover import find_records, report_workdir
 from .evals import EvalDirError, EvalPoint, EvalRun, PairRow, attribute, find_eval_dirs, load_eval, paired_rows
+from .groups import GroupComparison, GroupStat, SeedGroup, seed_groups
 from .headline import headline
 from .page import SIZE_BOUND_BYTES, ReportData, collect, incident_rows, render_html, write_report
 from .panels import PANELS, Panel, resolve
@@ -41,5 +42,5 @@ __all__ = [
     "moving_average", "minmax_downsample", "stride_downsample", "final_window", "first_window", "WindowStats",
     "difference_exceeds_noise",
     "find_eval_dirs", "load_eval", "attribute", "paired_rows", "EvalRun", "EvalPoint", "PairRow", "EvalDirError",
-    "headline", "PANELS", "Panel", "resolve", "find_records", "report_workdir",
+    "headline", "seed_groups", "SeedGroup", "GroupStat", "GroupComparison", "PANELS", "Panel", "resolve", "find_records", "report_workdir",
 ]

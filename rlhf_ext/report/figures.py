@@ -220,3 +220,90 @@ def timing_figure(runs: Sequence[RunRecord], colors: Sequence[str]) -> Optional[
         height=340, margin=dict(l=60, r=15, t=40, b=40), yaxis=dict(title=dict(text="seconds per step")),
         legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=11)))
     return "fig-timing", fig
+
+
+def seed_group_figures(data, colors: Sequence[str]) -> List[Tuple[str, object]]:
+    """Per seed group (groups of two or more runs): the headline metric's moving average (the page's
+    default window) averaged over the seeds, with the band from the lowest to the highest seed, on
+    the step axis; and the final-window value of every seed with the group's mean \u00b1 SD."""
+    import plotly.graph_objects as go
+
+    from .groups import mean_curve
+
+    groups = [g for g in data.groups if len(g.runs) > 1]
+    if not groups or data.metric_label is None:
+        return []
+    _, window = window_choices(data.runs)
+    out = []
+    fig = go.Figure()
+    for g in groups:
+        color = colors[g.runs[0]]
+        keys = {data.metric_keys.get(data.runs[i].name) for i in g.runs} - {None}
+        if len(keys) != 1:
+            continue
+        curve = mean_curve([data.runs[i] for i in g.runs], keys.pop(), lambda v: moving_average(v, window))
+        if curve is None:
+            continue
+        x, y = stride_downsample(curve["step"], curve["mean"], MAX_SMOOTH_POINTS)
+        _, lo = stride_downsample(curve["step"], curve["min"], MAX_SMOOTH_POINTS)
+        _, hi = stride_downsample(curve["step"], curve["max"], MAX_SMOOTH_POINTS)
+        n = int(curve["n"][0])
+        fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]), y=np.concatenate([hi, lo[::-1]]).astype(np.float32),
+                                 fill="toself", fillcolor=color, opacity=0.2, line=dict(width=0), mode="lines",
+                                 name=f"{g.name} seed range", legendgroup=g.name, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=x, y=y.astype(np.float32), mode="lines", name=f"{g.name} (mean of {n} seeds)",
+                                 legendgroup=g.name, line=dict(color=color, width=2.5),
+                                 hovertemplate="step %{x}: %{y:.3g}"))
+    if fig.data:
+        fig.update_layout(
+            template=_template(), height=340, margin=dict(l=60, r=15, t=40, b=40),
+            title=dict(text=f"Seed groups: {data.metric_label} (moving average {window}), mean and range of seeds",
+                       x=0.01, font=dict(size=14)),
+            xaxis=dict(title=dict(text="step", standoff=4)), yaxis=dict(title=dict(text=data.metric_label)),
+            legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, font=dict(size=11)))
+        out.append(("fig-groups-curve", fig))
+    fig = go.Figure()
+    for g in groups:
+        if g.metric is None:
+            continue
+        color = colors[g.runs[0]]
+        fig.add_trace(go.Scatter(x=[g.name] * g.metric.n, y=np.asarray(g.metric.values, dtype=np.float32),
+                                 mode="markers", marker=dict(color=color, size=9, opacity=0.7), name=f"{g.name} seeds",
+                                 legendgroup=g.name, showlegend=False, hovertemplate="%{x}: %{y:.3g}"))
+        fig.add_trace(go.Scatter(x=[g.name], y=[g.metric.mean], mode="markers", name=f"{g.name} mean \u00b1 SD",
+                                 legendgroup=g.name, marker=dict(color=color, size=16, symbol="line-ew-open",
+                                                                 line=dict(width=3, color=color)),
+                                 error_y=dict(type="data", array=[g.metric.sd or 0.0], color=color, thickness=2,
+                                              width=10), hovertemplate="%{x} mean: %{y:.3g}"))
+    if fig.data:
+        fig.update_layout(
+            template=_template(), height=340, margin=dict(l=60, r=15, t=40, b=40), showlegend=False,
+            title=dict(text=f"Final-{data.window}-step {data.metric_label} per seed; bar: mean \u00b1 SD",
+                       x=0.01, font=dict(size=14)), yaxis=dict(title=dict(text=data.metric_label)))
+        out.append(("fig-groups-final", fig))
+    return out
+
+
+def training_eval_figures(runs: Sequence[RunRecord], colors: Sequence[str]) -> List[Tuple[str, object]]:
+    """One figure per ``eval/*`` key OpenRLHF logged during training (``--eval.steps``), a line per run
+    on the step axis, beside evalkit's evaluations of the checkpoints."""
+    import plotly.graph_objects as go
+
+    keys = sorted({k for r in runs for k in r.metrics if k.startswith("eval/") and r.has(k)})
+    out = []
+    for n, key in enumerate(keys):
+        fig = go.Figure()
+        for i, run in enumerate(runs):
+            steps, values = run.series(key)
+            if not len(steps):
+                continue
+            fig.add_trace(go.Scatter(x=steps.astype(np.int32), y=values.astype(np.float32), mode="lines+markers",
+                                     name=run.name, line=dict(color=colors[i], width=2), marker=dict(size=7),
+                                     hovertemplate="step %{x}: %{y:.4g}"))
+        fig.update_layout(
+            template=_template(), title=dict(text=f"{key} (OpenRLHF, during training)", x=0.01, font=dict(size=14)),
+            height=320, margin=dict(l=60, r=15, t=40, b=40), xaxis=dict(title=dict(text="step", standoff=4)),
+            yaxis=dict(title=dict(text=key.split("/", 1)[1])),
+            legend=dict(orientation="h", yanchor="top", y=-0.24, x=0, font=dict(size=11)))
+        out.append((f"fig-traineval-{n}", fig))
+    return out

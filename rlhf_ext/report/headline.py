@@ -16,11 +16,12 @@ Rules the sentences follow:
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .evals import PairRow
+from .groups import GroupComparison, SeedGroup, has_seed_groups
 from .panels import PASS_RATE_KEYS, TIMING_TOTAL
 from .runs import RUNNING, RunRecord
 from .series import WindowStats, difference_exceeds_noise, final_window, first_window
@@ -52,7 +53,7 @@ def window_size(runs: Sequence[RunRecord], window: int = DEFAULT_WINDOW) -> int:
     return max(1, min(window, min(lengths) // 2)) if min(lengths) >= 2 else 1
 
 
-def _latest_between_runs(pairs: Sequence[PairRow]) -> List[PairRow]:
+def latest_pairs(pairs: Sequence[PairRow]) -> List[PairRow]:
     """The paired rows worth a sentence: between two runs, only the latest step both were
     evaluated at (the table has every step); over training, every run's first-vs-last row."""
     latest = {}
@@ -64,8 +65,52 @@ def _latest_between_runs(pairs: Sequence[PairRow]) -> List[PairRow]:
     return [row for row in pairs if row.kind != "between runs" or latest.get((row.runs, row.task)) is row]
 
 
-def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: int = DEFAULT_WINDOW) -> List[str]:
-    """The headline sentences (plain text) for the runs and the paired evaluation rows."""
+def headline_metric(runs: Sequence[RunRecord]) -> Tuple[Optional[str], Dict[str, Optional[str]]]:
+    """The one training metric the headline compares: ``("batch pass rate", {run name: key})`` when
+    any run logged a pass rate, else the reward; ``(None, {})`` when no run logged either."""
+    for candidates, label in ((PASS_RATE_KEYS, "batch pass rate"), (REWARD_KEYS, "reward")):
+        keys = {r.name: _key(r, candidates) for r in runs}
+        if any(keys.values()):
+            return label, keys
+    return None, {}
+
+
+def group_sentences(groups: Sequence[SeedGroup], rows: Sequence[GroupComparison], metric_label: Optional[str],
+                    window: int) -> List[str]:
+    """Sentences about seed groups (runs that differ only in their seed); none when no group has two runs."""
+    if not has_seed_groups(groups):
+        return []
+    out = []
+    parts = []
+    for g in groups:
+        if g.metric is None:
+            continue
+        sd = f" \u00b1 {_fmt(g.metric.sd)}" if g.metric.sd is not None else ""
+        parts.append(f"{g.name} {_fmt(g.metric.mean)}{sd} ({g.metric.n} seed{'s' if g.metric.n != 1 else ''})")
+    if parts and metric_label:
+        out.append(f"Seed groups (runs that differ only in their seed), final-{window}-step {metric_label}, mean "
+                   "\u00b1 SD across seeds: " + "; ".join(parts) + ".")
+    for row in rows:
+        if row.exceeds is None:
+            tail = "a group has one seed, so the seed-to-seed spread is unknown: no verdict"
+        elif row.exceeds:
+            tail = f"larger than the seed-to-seed spread (2 SE = {_fmt(2 * row.se)})"
+        else:
+            tail = f"within the seed-to-seed spread (2 SE = {_fmt(2 * row.se)})"
+        scale = 100 if row.what.endswith("avg@n") else 1
+        unit = " points" if scale == 100 else ""
+        diff = f"{scale * row.difference:+.3g}{unit}"
+        if row.se is not None and scale == 100:
+            tail = tail.replace(f"2 SE = {_fmt(2 * row.se)}", f"2 SE = {_fmt(200 * row.se)} points")
+        out.append(f"{row.other} \u2212 {row.baseline} (seed groups): {diff} in {row.what}, {tail}.")
+    return out
+
+
+def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: int = DEFAULT_WINDOW,
+             compare_runs: bool = True) -> List[str]:
+    """The headline sentences (plain text) for the runs and the paired evaluation rows.
+    ``compare_runs=False`` (the runs form seed groups, compared by :func:`group_sentences`) leaves out
+    the run-against-first-run sentences of the training metric."""
     out: List[str] = []
     lengths = {r.name: r.last_step for r in runs}
     done = [r for r in runs if r.last_step is not None]
@@ -87,12 +132,7 @@ def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: i
     # One metric for every run: the pass rate when any run logged it, else the reward; a run
     # lacking it is named, never compared on another metric.
     stats = {}
-    metric_name = None
-    for candidates, label in ((PASS_RATE_KEYS, "batch pass rate"), (REWARD_KEYS, "reward")):
-        keys = {r.name: _key(r, candidates) for r in done}
-        if any(keys.values()):
-            metric_name = label
-            break
+    metric_name, keys = headline_metric(done)
     if metric_name is not None:
         lacking = [name for name, key in keys.items() if key is None]
         if lacking:
@@ -108,7 +148,7 @@ def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: i
                    + "; ".join(parts) + ".")
         names = list(stats)
         base = names[0]
-        for other in names[1:]:
+        for other in names[1:] if compare_runs else ():
             a, b = stats[base][0], stats[other][0]
             verdict = difference_exceeds_noise(b, a)
             diff = b.mean - a.mean
@@ -138,7 +178,7 @@ def headline(runs: Sequence[RunRecord], pairs: Sequence[PairRow] = (), window: i
     if times:
         out.append("Median time per step (timing/step_total): " + ", ".join(times) + ".")
 
-    for row in _latest_between_runs(pairs):
+    for row in latest_pairs(pairs):
         for metric in ("avg@n",):
             m = row.metrics.get(metric)
             if not m:

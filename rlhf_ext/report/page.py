@@ -7,7 +7,7 @@ checkpoints (bands = bootstrap 95% intervals) with the paired-comparison table, 
 notes about the data (unreadable lines, evaluations that match no run).
 
 File size: plotly.js is ~4.8 MB; the data adds at most about 0.5 MB per run for 10,000 steps
-(12 panels x (800 raw + 400 smoothed points + 9 moving-average windows), float32), so a report of
+(16 panels x (800 raw + 400 smoothed points + 9 moving-average windows), float32), so a report of
 10 runs x 10,000 steps stays under :data:`SIZE_BOUND_BYTES` (tested).
 """
 
@@ -19,12 +19,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from .configdiff import ConfigDiff, algorithm_summary, diff_configs, format_value
 from .evals import EvalPoint, EvalRun, PairRow, attribute, find_eval_dirs, load_eval, paired_rows
-from .figures import DynamicsFigure, dynamics_figure, eval_figures, run_colors, timing_figure, wall_unit, window_choices
-from .headline import headline
+from .figures import (DynamicsFigure, dynamics_figure, eval_figures, run_colors, seed_group_figures, timing_figure,
+                      training_eval_figures, wall_unit, window_choices)
+from ..evalkit.resolution import MinEffect, audited_error, min_effect, verdict
+from .groups import GroupComparison, SeedGroup, comparisons, has_seed_groups, seed_groups
+from .headline import group_sentences, headline, headline_metric, latest_pairs, window_size
 from .panels import PANELS, PanelData, resolve
 from .runs import RunRecord, load_runs
 
@@ -46,6 +51,16 @@ class ReportData:
     diff: Optional[ConfigDiff] = None
     panels: List[PanelData] = field(default_factory=list)
     headline: List[str] = field(default_factory=list)
+    groups: List[SeedGroup] = field(default_factory=list)
+    """Seed groups (runs that differ only in their seed), each run in exactly one."""
+    group_rows: List[GroupComparison] = field(default_factory=list)
+    metric_label: Optional[str] = None
+    metric_keys: Dict[str, Optional[str]] = field(default_factory=dict)
+    window: int = 1
+    template_notes: List[str] = field(default_factory=list)
+    """Evaluations whose prompt template differs from the one their run trained with."""
+    min_effect: Optional[MinEffect] = None
+    """The minimum effect of the evaluation verdicts (given, or seed spread + audited grader error)."""
 
 
 def _say(message: str, quiet: bool) -> None:
@@ -54,8 +69,9 @@ def _say(message: str, quiet: bool) -> None:
 
 
 def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequence[str]] = None,
-            resamples: int = 2000, quiet: bool = True) -> ReportData:
-    """Load and compute everything (the data side of the report)."""
+            resamples: int = 2000, quiet: bool = True, min_effect_points: Optional[float] = None) -> ReportData:
+    """Load and compute everything (the data side of the report). ``min_effect_points``: the minimum
+    effect of the evaluation verdicts in points (default: measured, :func:`measured_min_effect`)."""
     _say(f"reading {len(run_dirs)} run(s)", quiet)
     runs = load_runs(run_dirs, names)
     data = ReportData(runs=runs, diff=diff_configs([r.config for r in runs]))
@@ -66,9 +82,67 @@ def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequen
         data.points, data.unplaced = attribute(data.evals, runs)
         _say("paired bootstrap comparisons", quiet)
         data.pairs = paired_rows(data.points, runs, resamples=resamples)
+        data.template_notes = template_notes(data.points, runs)
     data.panels = [resolve(p, runs) for p in PANELS]
-    data.headline = headline(runs, data.pairs)
+    done = [r for r in runs if r.last_step is not None]
+    data.window = window_size(done)
+    data.metric_label, data.metric_keys = headline_metric(done)
+    data.groups = seed_groups(runs, data.metric_keys, data.window, data.points)
+    data.group_rows = comparisons(data.groups, data.metric_label or "metric")
+    # With seed groups, groups are compared (by the seeds' spread), not single runs.
+    data.headline = headline(runs, data.pairs, compare_runs=not has_seed_groups(data.groups))
+    data.headline += group_sentences(data.groups, data.group_rows, data.metric_label, data.window)
+    if data.template_notes:
+        data.headline.append(f"Warning: {len(data.template_notes)} evaluation(s) used a prompt template other than "
+                             "the one their run trained with (see Notes on the data).")
+    if data.pairs or min_effect_points is not None:
+        data.min_effect = measured_min_effect(data, min_effect_points)
+        for row in data.pairs:
+            for m in row.metrics.values():
+                m["verdict"], m["reason"] = verdict(100 * m["difference"], [100 * x for x in m["ci95"]],
+                                                    data.min_effect)
+        said = [f"{row.task} avg@n, {row.other} vs {row.baseline}: {m['verdict']} ({m['reason']})"
+                for row in latest_pairs(data.pairs) if (m := row.metrics.get("avg@n"))]
+        if said:
+            data.headline.append(f"Evaluation verdicts at the experiment's resolution ({data.min_effect.describe()}): "
+                                 + "; ".join(said) + ".")
     return data
+
+
+def template_notes(points: Sequence[EvalPoint], runs: Sequence[RunRecord]) -> List[str]:
+    """One note per (evaluation, run) whose prompt templates differ (evalkit's ``template_mismatch``)."""
+    from ..evalkit.records import RunDirError, read_json
+    from ..evalkit.templates import template_mismatch
+
+    notes, seen = [], set()
+    for p in points:
+        key = (str(p.eval.path), p.run)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            generation = read_json(Path(p.eval.path) / "config.json").get("generation", {})
+        except RunDirError:
+            continue
+        message = template_mismatch(runs[p.run].args, generation)
+        if message:
+            notes.append(f"{runs[p.run].name} @ step {p.step}: evaluation {p.eval.path}: {message}")
+    return notes
+
+
+def measured_min_effect(data: ReportData, given: Optional[float] = None) -> MinEffect:
+    """``given`` (points) when set; else the seed spread of avg@n (pooled over the seed groups with two or
+    more evaluated seeds: the square root of the mean of their variances, largest over tasks) plus the
+    largest grader error rate audited (``evalkit audit``) among the evaluations on the page."""
+    if given is not None:
+        return min_effect(given)
+    spreads = []
+    tasks = {t for g in data.groups for t in g.evals}
+    for task in tasks:
+        variances = [g.evals[task].sd ** 2 for g in data.groups if task in g.evals and g.evals[task].sd is not None]
+        if variances:
+            spreads.append(100 * (sum(variances) / len(variances)) ** 0.5)
+    return min_effect(None, max(spreads) if spreads else None, audited_error([ev.path for ev in data.evals]))
 
 
 # --- HTML ----------------------------------------------------------------------------------------
@@ -105,15 +179,41 @@ _JS = """
     for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     return new Float32Array(bytes.buffer);
   }
-  var stepX = {};
+  var stepX = {}, stepNum = {}, knots = {};
+  // budget axes: a run's cumulative samples / tokens at a step, linear between the stored knots
+  function toBudget(run, mode, steps) {
+    var out = new Array(steps.length);
+    if (!run || !run[mode]) { for (var i = 0; i < steps.length; i++) out[i] = NaN; return out; }
+    var key = run.name + "/" + mode;
+    if (!knots[key]) knots[key] = [decode(run[mode].steps), decode(run[mode].values)];
+    var xs = knots[key][0], ys = knots[key][1];
+    for (var i = 0; i < steps.length; i++) {
+      var s = steps[i], lo = 0, hi = xs.length - 1;
+      if (s <= xs[0]) { out[i] = s === xs[0] ? ys[0] : NaN; continue; }
+      if (s >= xs[hi]) { out[i] = s === xs[hi] ? ys[hi] : NaN; continue; }
+      while (hi - lo > 1) { var mid = (lo + hi) >> 1; if (xs[mid] <= s) lo = mid; else hi = mid; }
+      out[i] = ys[lo] + (ys[hi] - ys[lo]) * (s - xs[lo]) / (xs[hi] - xs[lo]);
+    }
+    return out;
+  }
   function setX(mode) {
     blob.dynamics.forEach(function (id) {
       var gd = document.getElementById(id);
       if (!gd || !gd.data) return;
-      if (!stepX[id]) stepX[id] = gd.data.map(function (t) { return t.x; });
-      var xs = gd.data.map(function (t, i) { return mode === "wall" ? t.customdata : stepX[id][i]; });
+      if (!stepX[id]) {
+        stepX[id] = gd.data.map(function (t) { return t.x; });
+        // the decoded step values (plotly keeps t.x base64-encoded), read before any switch
+        stepNum[id] = gd._fullData.map(function (t) { return Array.from(t.x || []); });
+      }
+      var budget = mode === "samples" || mode === "tokens";
+      var xs = gd.data.map(function (t, i) {
+        if (mode === "wall") return t.customdata;
+        if (budget) return toBudget(blob.budget[t.legendgroup], mode, stepNum[id][i]);
+        return stepX[id][i];
+      });
       Plotly.restyle(gd, {x: xs});
-      Plotly.relayout(gd, {"xaxis.title.text": mode === "wall" ? blob.wallLabel : "step", "xaxis.autorange": true});
+      var title = mode === "wall" ? blob.wallLabel : (budget ? blob.budgetLabels[mode] : "step");
+      Plotly.relayout(gd, {"xaxis.title.text": title, "xaxis.autorange": true});
     });
     document.body.setAttribute("data-xaxis", mode);
   }
@@ -154,6 +254,36 @@ def _count(x: Optional[float]) -> str:
     return f"{x:.0f}"
 
 
+BUDGET_KNOTS = 800
+"""Points per run of the samples / tokens axes; longer runs are interpolated linearly between them."""
+
+
+def budget_axes(runs: Sequence[RunRecord]) -> Dict[str, Dict[str, object]]:
+    """Per run name and budget (``samples``, ``tokens``): ``steps`` and the cumulative count at those
+    steps (base64 float32; at most :data:`BUDGET_KNOTS` evenly spaced steps, first and last kept),
+    for the page's equal-budget x axes. Steps whose count is unknown are left out."""
+    from .figures import b64_f32
+    from .series import stride_downsample
+
+    out: Dict[str, Dict[str, object]] = {}
+    for run in runs:
+        entry: Dict[str, object] = {"name": run.name}
+        for name, values in run.budget().items():
+            keep = np.isfinite(values)
+            if keep.any():
+                x, y = stride_downsample(run.steps[keep].astype(np.float64), values[keep], BUDGET_KNOTS)
+                entry[name] = {"steps": b64_f32(x), "values": b64_f32(y)}
+        if len(entry) > 1:
+            out[run.name] = entry
+    return out
+
+
+def _last(values) -> Optional[float]:
+    if values is None or not len(values) or not np.isfinite(values[-1]):
+        return None
+    return float(values[-1])
+
+
 def _status_badge(run: RunRecord) -> str:
     text = run.status.replace("_", " ")
     if run.exit_code not in (None, 0):
@@ -174,11 +304,33 @@ def _run_table(data: ReportData, colors: Sequence[str]) -> str:
             f'<tr><td><span class="swatch" style="background:{color}"></span><b>{_e(run.name)}</b>'
             f'<div class="small" title="{_e(run.path)}">{_e(run.path.name)}</div></td>'
             f"<td>{algo_text}</td><td class=num>{steps}</td><td>{_status_badge(run)}</td>"
-            f"<td class=num>{_duration(run.wall_time_s)}</td><td class=num>{_count(run.tokens_generated())}</td></tr>")
+            f"<td class=num>{_duration(run.wall_time_s)}</td><td class=num>{_count(_last(run.budget().get('samples')))}"
+            f"</td><td class=num>{_count(run.tokens_generated())}</td></tr>")
     table = ("<table id=run-table><tr><th>run</th><th>algorithm (estimator \u00b7 loss \u00b7 aggregation \u00b7 KL "
-             "\u00b7 clip)</th><th>last step</th><th>status</th><th>wall time</th><th>tokens generated</th></tr>"
+             "\u00b7 clip)</th><th>last step</th><th>status</th><th>wall time</th><th>budget: samples generated</th>"
+             "<th>tokens generated</th></tr>"
              + "".join(rows) + "</table>")
-    return table + _diff_table(data, colors)
+    return table + _throughput_table(data) + _diff_table(data, colors)
+
+
+def _throughput_table(data: ReportData) -> str:
+    from .throughput import throughput_rows
+
+    rows = throughput_rows(data.runs)
+    if not any(r.s_per_step is not None for r in rows):
+        return ""
+
+    def cell(x, fmt):
+        return "\u2014" if x is None else fmt.format(x)
+
+    body = "".join(f"<tr><td>{_e(r.name)}</td><td class=num>{cell(r.s_per_step, '{:.3g}')}</td>"
+                   f"<td class=num>{cell(r.tokens_per_s, '{:.4g}')}</td><td class=num>{cell(r.speed_vs_first, '{:.2f}x')}"
+                   f"</td><td class=num>{cell(None if r.wait_share is None else 100 * r.wait_share, '{:.0f}%')}</td>"
+                   f"<td class=num>{cell(r.weight_sync_s, '{:.3g}')}</td></tr>" for r in rows)
+    return ("<h3 style='font-size:14px;margin:16px 0 6px'>Throughput (medians over steps)</h3>"
+            "<table id=throughput-table><tr><th>run</th><th>s/step</th><th>completion tokens/s</th>"
+            "<th>speed vs first run</th><th>% of step waiting for rollouts</th><th>weight sync, s</th></tr>"
+            + body + "</table>")
 
 
 def _diff_table(data: ReportData, colors: Sequence[str]) -> str:
@@ -199,7 +351,57 @@ def _diff_table(data: ReportData, colors: Sequence[str]) -> str:
             f"<table id=config-diff><tr><th>key</th>{head}</tr>{body}</table><p class=note>{_e(extra)}</p>")
 
 
-def _pair_table(pairs: Sequence[PairRow]) -> str:
+def _sd(x: Optional[float], scale: float = 1.0) -> str:
+    return "\u2014" if x is None else f"{scale * x:.3g}"
+
+
+def _groups_section(data: ReportData, colors: Sequence[str]) -> str:
+    """The seed-group table, the comparisons between groups and their figures."""
+    groups = data.groups
+    if not has_seed_groups(groups):
+        return ('<p class="note" id=groups-none>No seed groups: every run differs from the others in more than its '
+                "seed. Runs that differ only in <code>train.seed</code> (e.g. a queue run with <code>seeds = [0, 1, 2]"
+                "</code>) are grouped here, with their mean and spread.</p>")
+    label = data.metric_label or "metric"
+    tasks = sorted({t for g in groups for t in g.evals})
+    head = "".join(f"<th>{_e(t)} avg@n (%), mean \u00b1 SD</th>" for t in tasks)
+    rows = []
+    for gi, g in enumerate(groups):
+        swatches = "".join(f'<span class="swatch" style="background:{colors[i]}"></span>' for i in g.runs)
+        members = ", ".join(f"{data.runs[i].name} (seed {format_value(s)})" for i, s in zip(g.runs, g.seeds))
+        m = g.metric
+        metric = "\u2014" if m is None else (f"{m.mean:.3g} \u00b1 {_sd(m.sd)}"
+                                              f'<div class=small>{", ".join(f"{v:.3g}" for v in m.values)}</div>')
+        cells = "".join("<td class=num>" + (f"{100 * g.evals[t].mean:.1f} \u00b1 {_sd(g.evals[t].sd, 100)}"
+                                             if t in g.evals else "\u2014") + "</td>" for t in tasks)
+        rows.append(f"<tr data-group='{gi}'><td>{swatches}<b>{_e(g.name)}</b></td><td class=num>{len(g.runs)}</td>"
+                    f"<td>{_e(members)}</td><td class=num>{metric}</td>{cells}</tr>")
+    table = (f"<table id=group-table><tr><th>group</th><th>seeds</th><th>runs</th><th>final-{data.window}-step "
+             f"{_e(label)}, mean \u00b1 SD across seeds (each seed below)</th>{head}</tr>{''.join(rows)}</table>")
+    comp = ""
+    if data.group_rows:
+        body = []
+        for r in data.group_rows:
+            scale, unit = (100, " points") if r.what.endswith("avg@n") else (1, "")
+            if r.exceeds is None:
+                verdict = '<span class="verdict-no">one seed: spread unknown</span>'
+            elif r.exceeds:
+                verdict = '<span class="verdict-yes">larger than the seed spread</span>'
+            else:
+                verdict = '<span class="verdict-no">within the seed spread</span>'
+            se = "\u2014" if r.se is None else f"{2 * scale * r.se:.3g}"
+            body.append(f"<tr><td>{_e(r.other)} \u2212 {_e(r.baseline)}</td><td>{_e(r.what)}</td>"
+                        f"<td class=num>{scale * r.difference:+.3g}{unit}</td><td class=num>{se}</td><td>{verdict}</td></tr>")
+        comp = ("<h3 style='font-size:14px;margin:16px 0 6px'>Groups compared with the first</h3>"
+                "<table id=group-comparisons><tr><th>groups</th><th>quantity</th><th>difference of means</th>"
+                "<th>2 SE over seeds</th><th>verdict</th></tr>" + "".join(body) + "</table><p class=note>SE: Welch's "
+                "standard error of the difference over seeds, sqrt(sd\u2081\u00b2/n\u2081 + sd\u2082\u00b2/n\u2082). "
+                "Larger than the seed spread: the difference exceeds 2 SE.</p>")
+    figs = "".join(_figure_div(div_id, fig) for div_id, fig in seed_group_figures(data, colors))
+    return table + comp + (f'<div class="grid" style="margin-top:12px">{figs}</div>' if figs else "")
+
+
+def _pair_table(pairs: Sequence[PairRow], effect: str = "") -> str:
     if not pairs:
         return ('<p class="note" id=pair-table>No paired comparison: it needs two different evaluations at the same '
                 "step (between runs) or two checkpoints of one run.</p>")
@@ -211,17 +413,24 @@ def _pair_table(pairs: Sequence[PairRow]) -> str:
             continue
         for metric, m in row.metrics.items():
             lo, hi = m["ci95"]
-            verdict = ('<span class="verdict-yes">distinguishable</span>' if m["distinguishable"]
-                       else '<span class="verdict-no">within noise</span>')
+            noise = ('<span class="verdict-yes">distinguishable</span>' if m["distinguishable"]
+                     else '<span class="verdict-no">within noise</span>')
+            word = m.get("verdict", "")
+            css = "verdict-no" if word in ("", "no difference") else "verdict-yes"
+            resolution = (f'<span class="{css}" data-verdict="{_e(word)}">{_e(word)}</span>'
+                          f'<div class=small>{_e(m.get("reason", ""))}</div>')
             rows.append(
                 f"<tr><td>{_e(row.kind)}</td><td>{_e(row.task)}</td><td>{_e(row.baseline)}</td><td>{_e(row.other)}</td>"
                 f"<td>{_e(metric)}</td><td class=num>{row.problems}</td><td class=num>{100 * m['baseline']:.1f} \u2192 "
                 f"{100 * m['run']:.1f}</td><td class=num>{100 * m['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-                f"</td><td>{verdict}</td></tr>")
+                f"</td><td>{noise}</td><td>{resolution}</td></tr>")
     return ("<table id=pair-table><tr><th>comparison</th><th>task</th><th>baseline</th><th>compared</th><th>metric</th>"
-            "<th>problems</th><th>% baseline \u2192 compared</th><th>difference, points [95% CI]</th><th>verdict</th></tr>"
+            "<th>problems</th><th>% baseline \u2192 compared</th><th>difference, points [95% CI]</th><th>interval</th>"
+            "<th>verdict at the experiment's resolution</th></tr>"
             + "".join(rows) + "</table><p class=note>evalkit's paired bootstrap over problems (problems paired by id; "
-            "2000 resamples). Within noise: the 95% interval of the difference contains 0.</p>")
+            "2000 resamples). Within noise: the 95% interval of the difference contains 0. Better / worse: the interval "
+            f"excludes 0 and the difference is at least the minimum effect ({_e(effect)}); otherwise no "
+            "difference.</p>")
 
 
 def _steps_text(steps: Sequence[int], limit: int = 12) -> str:
@@ -336,23 +545,31 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
         dyn_parts.append(_figure_div(*timing))
 
     eval_parts = [_figure_div(div_id, fig) for div_id, fig in eval_figures(data.points, runs, colors)]
-    if not data.evals:
+    eval_parts += [_figure_div(div_id, fig) for div_id, fig in training_eval_figures(runs, colors)]
+    if not data.evals and eval_parts:
+        eval_html = f'<div class="grid">{"".join(eval_parts)}</div>'
+    elif not data.evals:
         eval_html = ('<p class="note" id=evals-none>No evaluations given. Evaluate checkpoints with <code>evalkit</code> '
                      "and pass the output directories with <code>--evals</code>.</p>")
     elif not eval_parts:
         eval_html = '<p class="note" id=evals-none>None of the evaluations given could be placed on a run (see Notes).</p>'
     else:
         eval_html = f'<div class="grid">{"".join(eval_parts)}</div>'
-    eval_html += "<h3 style='font-size:14px;margin:16px 0 6px'>Paired comparisons</h3>" + _pair_table(data.pairs)
+    eval_html += "<h3 style='font-size:14px;margin:16px 0 6px'>Paired comparisons</h3>" + _pair_table(data.pairs, data.min_effect.describe() if data.min_effect else "")
 
     notes = [f"{r.name}: {w}" for r in runs for w in r.warnings]
     notes += [f"evaluation {ev.path} not shown: {why}" for ev, why in data.unplaced]
+    notes += data.template_notes
     if any(r.wall_time_s is None for r in runs if len(r.steps)):
         notes.append("some runs record no elapsed time: they are absent when the x axis is wall-clock time")
     notes_html = ("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>") if notes else \
         '<p class="note">Nothing unusual in the records.</p>'
 
-    blob = {"dynamics": dyn_ids, "smoothing": smoothing, "wallLabel": wall_label}
+    budget = budget_axes(runs)
+    budget_modes = [m for m in ("samples", "tokens") if any(m in b for b in budget.values())]
+    blob = {"dynamics": dyn_ids, "smoothing": smoothing, "wallLabel": wall_label, "budget": budget,
+            "budgetLabels": {"samples": "samples generated", "tokens": "tokens generated"}}
+    budget_opts = "".join(f'<option value="{m}">{m} generated</option>' for m in budget_modes)
     blob_json = json.dumps(blob, separators=(",", ":")).replace("</", "<\\/")
     window_opts = "".join(f'<option value="{w}"{" selected" if w == default_window else ""}>'
                           f'{"off (raw)" if w == 1 else f"{w} steps"}</option>' for w in windows)
@@ -369,14 +586,15 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
 <script type="text/javascript">{plotly_js}</script></head>
 <body data-xaxis="step" data-window="{default_window}">
 <header><h1>{_e(title)}</h1><div class="sub">{sub}</div></header>
-<nav><a href="#runs">Runs</a><a href="#headline-section">Headline</a><a href="#dynamics">Training dynamics</a>
+<nav><a href="#runs">Runs</a><a href="#headline-section">Headline</a><a href="#groups">Seed groups</a><a href="#dynamics">Training dynamics</a>
 <a href="#evaluation">Evaluation</a><a href="#incidents">Incidents</a><a href="#notes">Notes</a></nav>
 <main>
 <section id="runs"><h2>Runs</h2>{_run_table(data, colors)}</section>
 <section id="headline-section"><h2>Headline</h2>{headline_html}</section>
+<section id="groups"><h2>Seed groups</h2>{_groups_section(data, colors)}</section>
 <section id="dynamics"><h2>Training dynamics</h2>
 <div class="controls"><label>x axis <select id="xaxis"><option value="step" selected>step</option>
-<option value="wall">{_e(wall_label)}</option></select></label>
+<option value="wall">{_e(wall_label)}</option>{budget_opts}</select></label>
 <label>moving average <select id="window">{window_opts}</select></label>
 <span class="small">thin lines: raw values; bold: moving average over the chosen number of logged steps;
 red crosses: non-finite values; long runs are thinned for display (min/max per bucket)</span></div>
@@ -393,9 +611,10 @@ red crosses: non-finite values; long runs are thinned for display (min/max per b
 
 
 def write_report(run_dirs: Sequence, output, eval_dirs: Sequence = (), names: Optional[Sequence[str]] = None,
-                 title: Optional[str] = None, quiet: bool = True, command: Optional[str] = None) -> Path:
+                 title: Optional[str] = None, quiet: bool = True, command: Optional[str] = None,
+                 min_effect_points: Optional[float] = None) -> Path:
     """Build the report of ``run_dirs`` (and evalkit ``eval_dirs``) and write it to ``output``."""
-    data = collect(run_dirs, eval_dirs, names, quiet=quiet)
+    data = collect(run_dirs, eval_dirs, names, quiet=quiet, min_effect_points=min_effect_points)
     _say("building the page", quiet)
     text = render_html(data, title=title, command=command)
     output = Path(output)

@@ -73,6 +73,19 @@ PANELS: Tuple[Panel, ...] = (
           (("rollout_mismatch/probs_diff_mean",),), limit=_mismatch_threshold,
           missing="Logged with --rlhf_ext.mismatch_metrics (docs/run_records.md)."),
     Panel("step_time", "Time per step", "seconds", (("timing/step_total",),)),
+    # Mechanism panels: the evidence a claim about why a recipe works cites.
+    Panel("zero_variance", "Zero-variance prompt groups (no gradient signal)", "fraction of groups",
+          (("rlhf_ext/zero_variance_group_frac_before_filter", "train/zero_variance_group_frac"),),
+          missing="Logged by --plugin rlhf_ext for every estimator (--rlhf_ext.step_metrics all, the default); "
+                  "before dynamic filtering as rlhf_ext/zero_variance_group_frac_before_filter."),
+    Panel("advantage_std", "Advantage std", "std over response tokens", (("train/advantage_std",),),
+          missing="Logged by --plugin rlhf_ext for every estimator, OpenRLHF's built-in ones included "
+                  "(--rlhf_ext.step_metrics all, the default)."),
+    Panel("ppo_kl", "PPO KL to the rollout policy", "mean log pi_old - log pi", (("train/ppo_kl",),),
+          missing="OpenRLHF logs train/ppo_kl in every PPO step."),
+    Panel("rollout_corr", "Rollout vs training correlation", "(1 - corr) x 1e4",
+          (("rollout_mismatch/probs_corr_loss_1e4",),),
+          missing="Logged with --rlhf_ext.mismatch_metrics (docs/run_records.md)."),
 )
 
 TIMING_TOTAL = "timing/step_total"

@@ -90,6 +90,27 @@ class RunRecord:
         finite = self.wall_s[np.isfinite(self.wall_s)]
         return float(finite.max()) if finite.size else None
 
+    def budget(self) -> Dict[str, np.ndarray]:
+        """Cumulative ``samples`` and ``tokens`` generated up to each step (aligned with :attr:`steps`;
+        NaN from the first step whose count is unknown on): samples per step from
+        ``rollout/num_samples``, else ``rollout.batch_size`` x ``rollout.n_samples_per_prompt``;
+        tokens = samples x mean response length. The x axis of an equal-budget comparison."""
+        out: Dict[str, np.ndarray] = {}
+        samples = self.metrics.get("rollout/num_samples")
+        if samples is None or not np.isfinite(samples).any():
+            per_step = _samples_per_step(self.args)
+            samples = None if per_step is None else np.full(len(self.steps), per_step, dtype=np.float64)
+        if samples is None:
+            return out
+        length = _first_present(self.metrics, ("rollout/response_length_mean", "train/response_length"))
+        for name, per in (("samples", samples), ("tokens", None if length is None else samples * length)):
+            if per is None:
+                continue
+            total = np.cumsum(np.where(np.isfinite(per), per, 0.0))
+            unknown = np.cumsum(~np.isfinite(per)) > 0  # a gap makes every later total unknown
+            out[name] = np.where(unknown, np.nan, total)
+        return out
+
     def tokens_generated(self) -> Optional[float]:
         """Sum over steps of mean response length x samples in the step, or None when not logged."""
         length = _first_present(self.metrics, ("rollout/response_length_mean", "train/response_length"))

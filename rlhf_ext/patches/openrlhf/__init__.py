@@ -24,6 +24,10 @@ where                                          what                             
 ``samples_generator.SamplesGenerator``         ``_dispatch_prompts_to_vllm`` and the name   PPOTrainer actor
                                                ``SamplingParams``: request the sampled
                                                tokens' log-probs (:mod:`.mismatch`)
+``samples_generator.SamplesGenerator``         ``_generate_vllm``,                          PPOTrainer actor
+                                               ``_process_response_into_experience``:
+                                               zero-variance groups before dynamic
+                                               filtering (:mod:`.prefilter`)
 ``vllm_engine.create_vllm_engines``            ``logprobs_mode`` for the same request       driver
                                                (:mod:`.mismatch`)
 ``ppo_trainer.BasePPOTrainer``                 ``init_checkpoint_states``, ``train_step``,  PPOTrainer actor
@@ -227,6 +231,20 @@ PATCHES = (
         target="SamplingParams",
         params=None,
         make=_HERE + ".mismatch:make_sampling_params",
+    ),
+    Patch(
+        name="zero-variance groups before dynamic filtering (responses)",
+        module=SAMPLES_GENERATOR,
+        target="SamplesGenerator._process_response_into_experience",
+        params=("self", "response", "generate_kwargs"),
+        make=_HERE + ".prefilter:make_process_response_into_experience",
+    ),
+    Patch(
+        name="zero-variance groups before dynamic filtering (generation)",
+        module=SAMPLES_GENERATOR,
+        target="SamplesGenerator._generate_vllm",
+        params=("self", "dataloader_iter", "num_prompts", "dynamic_filtering", "generate_kwargs"),
+        make=_HERE + ".prefilter:make_generate_vllm",
     ),
     Patch(
         name="rollout log-probs mode (vLLM engines)",

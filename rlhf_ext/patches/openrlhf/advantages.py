@@ -14,7 +14,9 @@ OpenRLHF's own estimator names run OpenRLHF's method untouched. Any other name i
    (:func:`rlhf_ext.algorithms.whiten`, Hu 2025, arXiv 2501.03262).
 
 Every estimator also logs ``zero_variance_group_frac``: the fraction of prompt groups whose
-rewards are all equal (DAPO's dynamic-sampling signal, :func:`rlhf_ext.algorithms.zero_variance_groups`).
+rewards are all equal (DAPO's dynamic-sampling signal, :func:`rlhf_ext.algorithms.zero_variance_groups`),
+and ``advantage_std``: the std of the advantages over the batch's response tokens (both with
+``--rlhf_ext.step_metrics all``, the default).
 
 With the non-finite guard on (``--rlhf_ext.guard stop|warn``), a NaN/Inf reward or score does not
 end the run here with an input check's ``ValueError``: the method runs under
@@ -43,6 +45,7 @@ from .config import (
 )
 
 ZERO_VARIANCE_KEY = "zero_variance_group_frac"
+ADVANTAGE_STD_KEY = "advantage_std"
 
 
 def _prompt_order(experiences) -> Tuple[torch.Tensor, List[int]]:
@@ -86,6 +89,29 @@ def attach_zero_variance(experiences, grouped: torch.Tensor, indices, exp_len) -
         experience.info[ZERO_VARIANCE_KEY] = value.clone()
 
 
+def attach_advantage_std(experiences) -> None:
+    """The population std of the advantages over every response token of the batch (where
+    ``action_mask`` is set), stored in each sample's ``info`` with the same value: OpenRLHF averages
+    ``info`` over samples, micro-batches and ranks, which returns it unchanged as
+    ``train/advantage_std``. It collapses towards 0 when most groups carry no signal (all rewards
+    equal), whatever the estimator; OpenRLHF's own estimators included. Non-finite advantages are
+    left out (the guard reports them)."""
+    parts = []
+    for e in experiences:
+        adv = getattr(e, "advantages", None)
+        if adv is None:
+            return
+        mask = getattr(e, "action_mask", None)
+        parts.append((adv[mask.bool()] if mask is not None and mask.shape == adv.shape else adv.reshape(-1)).float())
+    flat = torch.cat([p.reshape(-1) for p in parts])
+    flat = flat[torch.isfinite(flat)]
+    if flat.numel() < 2:
+        return
+    std = flat.std(unbiased=False)
+    for e in experiences:
+        e.info[ADVANTAGE_STD_KEY] = std.to(e.advantages.device).expand(e.advantages.shape[0]).clone()
+
+
 def _n_samples(args) -> int:
     return int(setting(args, "rollout.n_samples_per_prompt", 1))
 
@@ -108,6 +134,12 @@ def make_compute_advantages_and_returns(original, module):
         return experiences
 
     def _compute(self, experiences):
+        experiences = _estimate(self, experiences)
+        if step_metrics(self.strategy.args) and experiences:
+            attach_advantage_std(experiences)
+        return experiences
+
+    def _estimate(self, experiences):
         name = self.advantage_estimator
         args = self.strategy.args
         if name in OPENRLHF_ESTIMATORS:

@@ -119,6 +119,9 @@ class RunWriter:
             self.event("start", 0)
 
     def write_step(self, step: int, values: Mapping[str, Any]) -> None:
+        from rlhf_ext.throughput import step_throughput
+
+        values = {**values, **step_throughput(values)}
         runs.append_jsonl(self.path / runs.METRICS, runs.metrics_record(step, values, now=time.time(),
                                                                          started_at=self.started_at))
 
@@ -425,6 +428,10 @@ def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
         "git": _git(os.getcwd()),
         "data_sha256": {f: _sha256(f) for f in _data_files(namespace)},
         "train_dtype": _train_dtype(namespace),
+        # the prompt the run trained with (OpenRLHF ignores the input template under the chat template)
+        "prompt_template": {"apply_chat_template": bool(args.get("data.apply_chat_template")),
+                            "input_template": args.get("data.input_template"),
+                            "input_key": args.get("data.input_key")},
         "started_at": started_at,
     }
 
