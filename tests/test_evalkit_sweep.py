@@ -61,20 +61,23 @@ def test_sweep_evaluates_each_checkpoint_once_and_the_report_places_them(tmp_pat
     data = tmp_path / "held_out.jsonl"
     data.write_text("\n".join(json.dumps({"problem": f"What is {i} + 1?", "answer": str(i + 1)}) for i in range(2)) + "\n")
     out = tmp_path / "evals"
-    cmd = [sys.executable, "-m", "rlhf_ext.evalkit", "sweep", str(run_dir), "run", "--output", str(out), "--",
+    # --no-start: two vLLM evaluations are enough to show one protocol per checkpoint (each is a vLLM start,
+    # the slowest thing here); the start's place in the plan is test_plan_from_the_record's
+    cmd = [sys.executable, "-m", "rlhf_ext.evalkit", "sweep", str(run_dir), "run", "--output", str(out), "--no-start", "--",
            "--data", str(data), "--name", "held_out", "--n-samples", "2", "--max-tokens", "4", "--template", "none",
            "--no-progress"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    for step in (0, 2, 4):
+    assert not (out / "step_0").exists()
+    for step in (2, 4):
         summary = json.loads((out / f"step_{step}" / "summary.json").read_text())
         assert summary["tasks"]["held_out"]["problems"] == 2
     # the same command again: every step complete, nothing started
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stderr.count("complete, skipped") == 3, again.stderr[-2000:]
+    assert again.returncode == 0 and again.stderr.count("complete, skipped") == 2, again.stderr[-2000:]
     # other options into the same directory are refused
     other = subprocess.run(cmd[:-1] + ["--n-samples", "3"], capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and "use another --output" in other.stderr
     # the report puts the three evaluations on the run's step axis
     data_ = collect([run_dir], [out])
-    assert sorted(p.step for p in data_.points) == [0, 2, 4]
+    assert sorted(p.step for p in data_.points) == [2, 4]
