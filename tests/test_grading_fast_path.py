@@ -11,6 +11,7 @@ where the grader makes no deliberate difference, real math-verify as its own tes
 must agree too.
 """
 
+import logging
 import time
 from fractions import Fraction
 
@@ -27,8 +28,36 @@ PROPERTY = settings(max_examples=250, deadline=None, derandomize=True, database=
                     suppress_health_check=[HealthCheck.too_slow])
 
 
+class _Timeouts(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record):
+        if "Timeout" in record.getMessage():
+            self.count += 1
+
+
+def without_timeouts(grade, *args):
+    """``grade(*args)``, repeated when math-verify's own 5 s alarm fired: on a saturated machine a
+    gold as plain as ``0`` can time out and read as unparsed, and a timeout is no verdict."""
+    watch = _Timeouts()
+    logger = logging.getLogger("math_verify")
+    logger.addHandler(watch)
+    try:
+        for _ in range(3):
+            watch.count = 0
+            out = grade(*args)
+            if not watch.count:
+                return out
+    finally:
+        logger.removeHandler(watch)
+    raise RuntimeError(f"math-verify timed out three times on {args!r}: the machine is overloaded")
+
+
 def full(response: str, gold, require_anchor: bool = True) -> dict:
-    return grade_response(response, prepare_gold(gold), {}, require_anchor=require_anchor)
+    """The worker's verdict: its code, in this main thread."""
+    return without_timeouts(lambda: grade_response(response, prepare_gold(gold), {}, require_anchor=require_anchor))
 
 
 def fast(response: str, gold, require_anchor: bool = True):
@@ -162,8 +191,18 @@ def test_fast_path_verdicts_equal_the_full_path(sample):
 
 
 def test_the_property_decides_most_of_what_it_generates():
-    """Not a vacuous property: the generated samples are mostly decided, right and wrong alike."""
-    assert len(DECIDED) >= 150 and 40 <= sum(DECIDED) <= len(DECIDED) - 40, (len(DECIDED), sum(DECIDED))
+    """Not a vacuous property: the same generated samples are mostly decided, right and wrong alike."""
+    decided = []
+
+    @PROPERTY
+    @given(samples())
+    def collect(sample):
+        quick = fast(*sample)
+        if quick is not None:
+            decided.append(quick["correct"])
+
+    collect()
+    assert len(decided) >= 150 and 40 <= sum(decided) <= len(decided) - 40, (len(decided), sum(decided))
 
 
 _REFERENCE_CONFIG = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
@@ -171,8 +210,8 @@ _REFERENCE_CONFIG = [LatexExtractionConfig(boxed_match_priority=0), ExprExtracti
 
 def reference(gold: str, response: str) -> bool:
     """math-verify as its own test suite calls it (REFERENCE.md section 9), on our own generated strings."""
-    return bool(verify(parse(gold, _REFERENCE_CONFIG), parse(response, _REFERENCE_CONFIG), float_rounding=6,
-                       strict=True))
+    return without_timeouts(lambda: bool(verify(parse(gold, _REFERENCE_CONFIG), parse(response, _REFERENCE_CONFIG),
+                                                float_rounding=6, strict=True)))
 
 
 @st.composite
