@@ -20,6 +20,14 @@ where the grader rewrites LaTeX that math-verify misreads
 (:func:`rlhf_ext.rewards.latex_for_math_verify`): they must agree on every other sample where both
 finish, and on the "misread" samples agreement is reported separately, with each side's accuracy.
 
+The reward-path section (``--reward-path-only``) measures OpenRLHF's own per-sample reward call with
+and without the plugin's batching on three corpora: integer answers in GRPO groups of 8 (GSM8K and
+AIME golds), MATH-500 reference solutions in groups of 8, and MATH-500 style (two answers per
+problem, shuffled). For each it also reports which samples the grader's fast path
+(:mod:`rlhf_ext.rewards.exact_numbers`) decides without a worker, and the agreement of the reward
+path's verdicts on those samples with the full path (the same grader with ``fast_path=False``) and
+with sequential math-verify (where the grader rewrites nothing); both must be 100%.
+
 Measured, in one run: samples/s of both and their ratio (on the whole corpus and on the part without
 pathological samples), verdict agreement where neither timed out, per-sample latency p50/p99, and
 the wall time of 64-sample batches that contain pathological samples. The machine may be shared and
@@ -42,6 +50,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from rlhf_ext.rewards import MathGrader, default_workers, prepare_gold  # noqa: E402
+from rlhf_ext.rewards.exact_numbers import exact_verdict  # noqa: E402
 from rlhf_ext.rewards.extraction import (answer_readings, brace_operator_arguments,  # noqa: E402
                                          find_answer_candidate, join_digit_groups, strip_number_unit)
 from rlhf_ext.rewards.math_verify_recipe import ANSWER_EXTRACTION, GOLD_EXTRACTION  # noqa: E402
@@ -307,6 +316,41 @@ def group_corpus(data_dir: str, problems: int = 125, group: int = 8, start: int 
     return [out[j] for j in order]
 
 
+def integer_group_corpus(data_dir: str, problems: int = 125, group: int = 8):
+    """GRPO groups of ``group`` for ``problems`` integer-answer problems (GSM8K test problems, then all of
+    AIME 2024/2025): each response is the problem's reference reasoning ending in a final answer in the
+    spellings a policy writes (``\\boxed{N}``, "The answer is N.", ``#### N``, thousands with a comma,
+    an ``<answer>`` tag; right, wrong and repeated wrong, one without an answer); the label is what the
+    data set holds (GSM8K's whole solution ``... #### N``, AIME's number). Arrival order as in
+    :func:`group_corpus`."""
+    aime = _rows(data_dir, "aime24.jsonl") + _rows(data_dir, "aime25.jsonl")
+    gsm = _rows(data_dir, "gsm8k_test.jsonl")[: max(0, problems - len(aime))]
+    rng = random.Random(3)
+    out = []
+    for i, row in enumerate(gsm + aime):
+        if "question" in row:
+            label = row["answer"]
+            body = label[: label.rfind("####")].replace("<<", "").replace(">>", " ").strip()
+            prompt = CHAT_PROMPT.format(problem=row["question"])
+        else:
+            label = row["answer"]
+            body = "Let me work through the cases one at a time and count them carefully."
+            prompt = CHAT_PROMPT.format(problem=row["problem"])
+        n = int(prepare_gold(label))
+        spelled = "{:,}".format(n) if i % 2 else str(n)
+        samples = [(body + "\n\nThe final answer is $\\boxed{%d}$." % n, "correct")] * 2
+        samples += [(body + "\n\nThe answer is %s." % spelled, "equivalent"),
+                    (body + "\n#### %d" % n, "correct"),
+                    ("<think>\n" + body + "\n</think>\n<answer>\n%d\n</answer>" % n, "correct"),
+                    (body + "\n\nThe final answer is $\\boxed{%d}$." % (n + 1), "wrong")]
+        samples += [(body + "\n\nSo the answer is $\\boxed{%d}$." % (n - 1), "wrong"),
+                    (body + " I am not sure.", "unparseable")]
+        for text, kind in samples[:group]:
+            out.append((prompt, text, label, kind))
+    order = sorted(range(len(out)), key=lambda j: j // group * group + rng.random() * 3 * group)
+    return [out[j] for j in order]
+
+
 def math500_corpus(data_dir: str, n: int = 1000):
     """``n`` responses to MATH-500 problems, two per problem (the reference solution ending in the right
     answer, and the same reasoning ending in a wrong answer, another spelling of the right one, or no
@@ -410,14 +454,15 @@ def reward_path_section(args, corpus) -> dict:
     warm = warm_corpus(args.data)
     for _, t, g, _ in warm:  # the sequential side warms up on the same answers
         baseline_grade(t, g)
-    corpora = {"groups of 8 (125 MATH-500 problems)": group_corpus(args.data),
+    corpora = {"integer answers, groups of 8 (GSM8K + AIME)": integer_group_corpus(args.data),
+               "groups of 8 (125 MATH-500 problems)": group_corpus(args.data),
                "MATH-500 style (1000 samples)": math500_corpus(args.data)}
     sides = ("baseline", "openrlhf", "plugin", "batch_api")
     out = {}
     for name, items in corpora.items():
         walls = {k: [] for k in sides}
         cpu = {k: [] for k in sides}
-        agree = {}
+        agree, last_outs = {}, {}
         for rep in range(args.repeats):
             clear_cache()  # sympy's expression cache would remember the previous repetition's answers
             s, c = time.perf_counter(), time.process_time()
@@ -429,6 +474,7 @@ def reward_path_section(args, corpus) -> dict:
                 pids = [w.proc.pid for w in grader._workers]
                 c, w0 = time.process_time(), sum(_cpu_seconds(p) for p in pids)
                 wall, outs = path.run(items, plugin=side == "plugin")
+                last_outs[side] = outs
                 walls[side].append(wall)
                 cpu[side].append(time.process_time() - c + sum(_cpu_seconds(p) for p in pids) - w0)
                 comparable = [i for i, (_, t, g, _) in enumerate(items) if not rewrites(t, g)]
@@ -443,12 +489,29 @@ def reward_path_section(args, corpus) -> dict:
                 walls["batch_api"].append(time.perf_counter() - s)
                 cpu["batch_api"].append(time.process_time() - c + sum(_cpu_seconds(p) for p in pids) - w0)
             _progress(f"reward path, {name}", rep + 1, args.repeats)
+        # The fast path (:mod:`rlhf_ext.rewards.exact_numbers`): which samples it decides, and whether the
+        # reward path's verdicts on them equal the full path's (workers only, fast_path=False) and, where
+        # the grader rewrites nothing, sequential math-verify's.
+        decided = [i for i, (_, t, g, _) in enumerate(items) if exact_verdict(t, prepare_gold(g)) is not None]
+        with MathGrader(timeout=args.timeout, workers=args.workers, fast_path=False) as g:
+            full = g.grade_batch([t for _, t, _, _ in items], [gg for _, _, gg, _ in items])
+        comparable_decided = [i for i in decided if not rewrites(items[i][1], items[i][2])]
+        fast_agree = {
+            "decided": f"{len(decided)}/{len(items)}",
+            "vs_full_path": {side: f"{sum(bool(last_outs[side][i]['scores'][0]) == full[i].correct for i in decided)}"
+                                   f"/{len(decided)}" for side in ("openrlhf", "plugin")},
+            "vs_math_verify": {side: f"{sum(bool(last_outs[side][i]['scores'][0]) == base[i] for i in comparable_decided)}"
+                                     f"/{len(comparable_decided)}" for side in ("openrlhf", "plugin")},
+        }
         med = {k: statistics.median(v) for k, v in walls.items()}
-        out[name] = {"samples": len(items), "golds": len({str(g) for _, _, g, _ in items}),
+        out[name] = {"samples": len(items), "golds": len({str(g) for _, _, g, _ in items}), "fast_path": fast_agree,
                      "wall_s": {k: round(v, 3) for k, v in med.items()},
                      "all_walls_s": {k: [round(x, 3) for x in v] for k, v in walls.items()},
                      "ratio": {k: round(med["baseline"] / med[k], 2) for k in sides[1:]},
                      "cpu_ms_per_sample": {k: round(1000 * statistics.median(v) / len(items), 3) for k, v in cpu.items()},
+                     # load-independent: sequential math-verify's CPU per sample over each side's (all processes)
+                     "cpu_ratio": {k: round(statistics.median(cpu["baseline"]) / max(1e-9, statistics.median(cpu[k])), 2)
+                                   for k in sides[1:]},
                      "agreement": {k: f"{a}/{n}" for k, (a, n) in agree.items()}}
 
     # a hostile answer among 64 per-sample calls (plugin path): what it adds to the wall time
@@ -464,6 +527,38 @@ def reward_path_section(args, corpus) -> dict:
     return out
 
 
+def reward_path_goals(report: dict, timeout: float) -> dict:
+    """Issue 15's and issue 27's goals for the reward path, PASS/MISS each."""
+    def full(fraction):
+        return fraction.split("/")[0] == fraction.split("/")[1]
+
+    corpora = {k: r for k, r in report.items() if k != "hostile"}
+    goals = {}
+    integer = next((r for k, r in corpora.items() if k.startswith("integer")), None)
+    if integer is not None:
+        goals["integer answers: reward call >= 4x sequential math-verify, wall (without / with the plugin: "
+              f"{integer['ratio']['openrlhf']}x / {integer['ratio']['plugin']}x)"] = (
+            max(integer["ratio"]["openrlhf"], integer["ratio"]["plugin"]) >= 4.0)
+        goals["integer answers: reward call >= 4x sequential math-verify, CPU per sample (without / with the "
+              f"plugin: {integer['cpu_ratio']['openrlhf']}x / {integer['cpu_ratio']['plugin']}x)"] = (
+            max(integer["cpu_ratio"]["openrlhf"], integer["cpu_ratio"]["plugin"]) >= 4.0)
+    main = corpora.get("MATH-500 style (1000 samples)")
+    if main is not None:
+        goals["MATH-500 style: reward call >= 1.8x, wall (without / with the plugin: "
+              f"{main['ratio']['openrlhf']}x / {main['ratio']['plugin']}x)"] = (
+            max(main["ratio"]["openrlhf"], main["ratio"]["plugin"]) >= 1.8)
+        goals["MATH-500 style: reward call >= 1.8x, CPU per sample (without / with the plugin: "
+              f"{main['cpu_ratio']['openrlhf']}x / {main['cpu_ratio']['plugin']}x)"] = (
+            max(main["cpu_ratio"]["openrlhf"], main["cpu_ratio"]["plugin"]) >= 1.8)
+    goals["reward path agrees 100% with math-verify (samples not rewritten)"] = all(
+        full(a) for r in corpora.values() for a in r["agreement"].values())
+    goals["fast path: 100% agreement with the full path and math-verify on the samples it decides"] = all(
+        full(a) for r in corpora.values() for kind in ("vs_full_path", "vs_math_verify")
+        for a in r["fast_path"][kind].values())
+    goals["hostile answer adds <= limit + 1 s on the reward path"] = report["hostile"]["added_s"] <= timeout + 1
+    return goals
+
+
 def print_reward_path(report: dict, workers: int) -> None:
     print(f"\nreward path as OpenRLHF calls it (SingleTurnAgentExecutor._fetch_rewards_via_func([query], [prompt], "
           f"[label]) per sample; {min(32, (os.cpu_count() or 1) + 4)} executor threads; {workers} grader workers); "
@@ -477,10 +572,15 @@ def print_reward_path(report: dict, workers: int) -> None:
         print(f"{name:38s}{r['samples']:8d}{r['golds']:6d}{w['baseline']:12.2f}"
               + "".join(f"{w[k]:9.2f} ({q[k]:.2f}x)" for k in ("openrlhf", "plugin", "batch_api")))
         c = r["cpu_ms_per_sample"]
+        q = r["cpu_ratio"]
         print(f"{'':38s}CPU ms/sample, all processes:{c['baseline']:6.2f}" + "".join(
-            f"{c[k]:16.2f}" for k in ("openrlhf", "plugin", "batch_api")))
+            f"{c[k]:9.2f} ({q[k]:.2f}x)" for k in ("openrlhf", "plugin", "batch_api")))
         print(f"{'':38s}agreement with math-verify: OpenRLHF path {r['agreement']['openrlhf']}, "
               f"plugin path {r['agreement']['plugin']}")
+        f = r["fast_path"]
+        print(f"{'':38s}fast path decided {f['decided']}; on those, agreement with the full path: OpenRLHF path "
+              f"{f['vs_full_path']['openrlhf']}, plugin path {f['vs_full_path']['plugin']}; with math-verify "
+              f"(not rewritten): {f['vs_math_verify']['openrlhf']}, {f['vs_math_verify']['plugin']}")
     h = report["hostile"]
     print(f"64 per-sample calls (plugin path), one hostile answer among them: {h['wall_with_s']} s vs "
           f"{h['wall_without_s']} s without it (added {h['added_s']} s; limit {h['limit_s']:g} s)")
@@ -541,10 +641,14 @@ def main(argv=None) -> int:
             print(f"machine headroom now: {headroom['processes']} independent baseline processes run "
                   f"{headroom['speedup']:.2f}x the throughput of one (the ceiling for any parallel grader here)")
         print_reward_path(path_report, workers)
+        goals = reward_path_goals(path_report, args.timeout)
+        for goal, ok in goals.items():
+            print(f"  {'PASS' if ok else 'MISS'}  {goal}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"reward_path": path_report, "machine_parallel_headroom": headroom,
-                           "load_avg_before": load_before, "load_avg_after": load_after, "workers": workers}, f, indent=2)
+                           "load_avg_before": load_before, "load_avg_after": load_after, "workers": workers,
+                           "goals": goals}, f, indent=2)
         return 0
 
     def started(timeout):
@@ -740,12 +844,7 @@ def main(argv=None) -> int:
     }
     if path_report is not None:
         print_reward_path(path_report, grader.workers)
-        main_path = path_report["MATH-500 style (1000 samples)"]
-        goals["OpenRLHF's reward call with the plugin >= 1.8x, MATH-500 style"] = main_path["ratio"]["plugin"] >= 1.8
-        goals["reward path agrees 100%"] = all(a.split("/")[0] == a.split("/")[1] for k, r in path_report.items()
-                                               if k != "hostile" for a in r["agreement"].values())
-        goals["hostile answer adds <= limit + 1 s on the reward path"] = (path_report["hostile"]["added_s"]
-                                                                          <= args.timeout + 1)
+        goals.update(reward_path_goals(path_report, args.timeout))
     report["reward_path"] = path_report
     for goal, ok in goals.items():
         print(f"  {'PASS' if ok else 'MISS'}  {goal}")

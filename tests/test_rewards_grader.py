@@ -203,6 +203,7 @@ def test_hostile_gold_is_remembered_and_costs_nothing_the_second_time():
 
 def test_a_worker_killed_from_outside_is_replaced():
     with MathGrader(timeout=60.0, workers=1, spare_workers=0) as g:
+        g.start()  # a plain number is decided without a worker (the fast path): start the pool first
         assert g.grade("\\boxed{1}", "1").correct
         fut = g.submit(HOSTILE, "1")
         time.sleep(0.5)  # let it start on the worker
@@ -231,7 +232,7 @@ def test_close_stops_every_worker_and_answers_what_is_pending():
 CHILD = """
 import os, sys, time
 from rlhf_ext.rewards import MathGrader
-g = MathGrader(timeout=30, workers=2)
+g = MathGrader(timeout=30, workers=2).start()  # a plain number alone would not start the pool
 assert g.grade("\\\\boxed{3}", "3").correct
 print(" ".join(str(w.proc.pid) for w in g._workers), flush=True)
 if sys.argv[1] == "hang":

@@ -77,7 +77,7 @@ def test_samples_sharing_a_gold_are_mostly_parsed_once():
         gold = golds[i % 4]
         responses.append("\\boxed{%s}" % (gold if i % 2 == 0 else "0"))
         answers.append(gold)
-    with MathGrader(timeout=60.0, workers=2, spare_workers=0) as g:
+    with MathGrader(timeout=60.0, workers=2, spare_workers=0, fast_path=False) as g:  # the workers' gold affinity
         g.start()
         results = g.grade_batch(responses, answers)
         parsed = [set(w.golds_parsed) for w in g._workers]

@@ -29,6 +29,7 @@ Importing this package does not import torch or start any process.
 from .extraction import (AnswerCandidate, extract_answer, find_answer_candidate, find_final_boxes, find_last_expression,
                          latex_for_math_verify, normalize_answer, prepare_gold)
 from .grader import GradeResult, MathGrader, cgroup_cpu_limit, default_grader, default_workers
+from .exact_numbers import exact_verdict
 from .registry import (
     ENTRY_POINT_GROUP,
     UnknownRewardError,
@@ -77,6 +78,7 @@ __all__ = [
     "normalize_answer",
     "latex_for_math_verify",
     "prepare_gold",
+    "exact_verdict",
     "AnswerCandidate",
     "ENTRY_POINT_GROUP",
     "UnknownRewardError",

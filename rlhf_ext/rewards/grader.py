@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Deque, Dict, List, Optional, Sequence
 
+from .exact_numbers import exact_verdict, gold_number
 from .extraction import extract_answer, prepare_gold
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ _HOUSEKEEPING_S = 1.0
 _STALL_MARGIN_S = _START_TIMEOUT_S + 30.0
 # How long a caller waits on the dispatcher between checks that it is still alive.
 _CALLER_POLL_S = 1.0
+# Golds remembered by the fast path (its number, or that it is none).
+_FAST_GOLD_MEMORY = 4096
 
 
 @dataclass(frozen=True)
@@ -236,13 +239,19 @@ class MathGrader:
     pool). Future callbacks (``submit(...).add_done_callback``) run on the grader's dispatcher
     thread: keep them short.
 
+    ``fast_path``: True (the default) decides a sample whose gold is a plain number (integer, decimal,
+    fraction, percentage) and whose answer is one too, or states none, exactly in the calling
+    process, without a worker (:mod:`.exact_numbers`); the verdict is the one the workers would give.
+    False (and ``test_slow_parse``) sends every sample to the workers.
+
     ``test_slow_parse``: a test hook, off in real use. When on, a response containing
     ``<<slow:SECONDS>>`` makes its worker sleep that long where it would parse the answer, which is how the
     tests produce overrunning and slow samples at chosen moments without a real hostile answer.
     """
 
     def __init__(self, timeout: float = 5.0, workers: Optional[int] = None, *, spare_workers: int = 1,
-                 memory_limit_mb: int = 4096, require_anchor: bool = True, test_slow_parse: bool = False):
+                 memory_limit_mb: int = 4096, require_anchor: bool = True, fast_path: bool = True,
+                 test_slow_parse: bool = False):
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
                 or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -254,6 +263,8 @@ class MathGrader:
             raise ValueError(f"memory_limit_mb must be a non-negative integer (0 = no limit), got {memory_limit_mb!r}")
         if not isinstance(require_anchor, bool):
             raise ValueError(f"require_anchor must be True or False, got {require_anchor!r}")
+        if not isinstance(fast_path, bool):
+            raise ValueError(f"fast_path must be True or False, got {fast_path!r}")
         if memory_limit_mb and memory_limit_mb < 512:
             raise ValueError(f"memory_limit_mb={memory_limit_mb} is too small for Python with sympy (use >= 512)")
         self.timeout = float(timeout)
@@ -264,6 +275,7 @@ class MathGrader:
         self.spare_workers = spare_workers
         self.memory_limit_mb = memory_limit_mb
         self.require_anchor = require_anchor
+        self.fast_path = fast_path
         self.test_slow_parse = bool(test_slow_parse)
         self._stall_after = self.timeout + _STALL_MARGIN_S
         self._init_state()
@@ -288,8 +300,9 @@ class MathGrader:
         self._start_failures = 0
         self._bad_golds: "OrderedDict[str, str]" = OrderedDict()
         self._gold_owner: "OrderedDict[str, _Worker]" = OrderedDict()  # the worker that has a gold cached
+        self._fast_golds: "OrderedDict[str, object]" = OrderedDict()  # gold text -> ExactNumber or False
         self._stats = {"submitted": 0, "completed": 0, "timeouts": 0, "errors": 0, "workers_started": 0,
-                       "workers_replaced": 0, "lost_requeued": 0, "stalled": 0}
+                       "workers_replaced": 0, "lost_requeued": 0, "stalled": 0, "fast_path": 0}
 
     def _check_process(self) -> None:
         # After fork() the child has this object but not its thread or workers: start afresh there.
@@ -299,7 +312,7 @@ class MathGrader:
     def __getstate__(self):
         return {"timeout": self.timeout, "workers": self.workers, "spare_workers": self.spare_workers,
                 "memory_limit_mb": self.memory_limit_mb, "require_anchor": self.require_anchor,
-                "test_slow_parse": self.test_slow_parse}
+                "fast_path": self.fast_path, "test_slow_parse": self.test_slow_parse}
 
     def __setstate__(self, state):
         self.__init__(**state)
@@ -408,7 +421,8 @@ class MathGrader:
         return self._closed
 
     def stats(self) -> Dict[str, int]:
-        """Counters: submitted, completed, timeouts, errors, workers_started, workers_replaced, queued, alive."""
+        """Counters: submitted, completed, timeouts, errors, workers_started, workers_replaced, fast_path
+        (samples decided without a worker), queued, alive."""
         out = dict(self._stats)
         out["queued"] = len(self._queue)
         out["alive"] = sum(1 for w in list(self._workers) if w.proc.poll() is None)
@@ -418,25 +432,34 @@ class MathGrader:
 
     def _submit_many(self, responses: Sequence[str], golds: Sequence) -> List["Future[GradeResult]"]:
         self._check_process()
+        # Outside the lock: the golds' answers, and the fast path's exact verdicts (string work and
+        # fractions, linear in the response), so that concurrent submitters do not queue behind it.
+        prepared = []
+        for response, gold in zip(responses, golds):
+            try:
+                gold_text = prepare_gold(gold)
+            except Exception as exc:  # an exotic gold object must not break the batch
+                gold_text = None
+                logger.debug("prepare_gold failed: %r", exc)
+            prepared.append((response, gold_text, self._fast_verdict(response, gold_text)))
         futures: List[Future] = []
         immediate = []  # (future, response, error): answered here, without a worker
+        decided = []  # (future, GradeResult): the fast path's verdicts
         with self._lock:
             if self._closed:
                 raise RuntimeError("MathGrader is closed")
-            for response, gold in zip(responses, golds):
+            for response, gold_text, verdict in prepared:
                 fut: Future = Future()
                 futures.append(fut)
                 self._stats["submitted"] += 1
                 if self._broken:
                     immediate.append((fut, response, self._broken))
                     continue
-                try:
-                    gold_text = prepare_gold(gold)
-                except Exception as exc:  # an exotic gold object must not break the batch
-                    gold_text = None
-                    logger.debug("prepare_gold failed: %r", exc)
                 if gold_text is None:
                     immediate.append((fut, response, "the gold states no answer"))
+                    continue
+                if verdict is not None:
+                    decided.append((fut, verdict))
                     continue
                 bad = self._bad_golds.get(gold_text)
                 if bad is not None:
@@ -449,16 +472,48 @@ class MathGrader:
                 self._queue.append(task)
                 self._pending[task.id] = task
                 self._next_id += 1
-            if len(immediate) < len(futures):
+            if len(immediate) + len(decided) < len(futures):
                 self._ensure_thread()
                 if self._worker_may_starve():
                     self._poke()
-            self._stats["completed"] += len(immediate)
+            self._stats["completed"] += len(immediate) + len(decided)
             self._stats["errors"] += len(immediate)
+            self._stats["fast_path"] += len(decided)
         for fut, response, why in immediate:
             fut.set_running_or_notify_cancel()
             fut.set_result(GradeResult(False, self._extract(response), False, False, why))
+        for fut, verdict in decided:
+            fut.set_running_or_notify_cancel()
+            fut.set_result(verdict)
         return futures
+
+    def _fast_verdict(self, response, gold_text: Optional[str]) -> Optional[GradeResult]:
+        """The exact verdict on a plain-number sample (:mod:`.exact_numbers`), or None: a worker grades it."""
+        if not self.fast_path or gold_text is None or not isinstance(response, str):
+            return None
+        if self.test_slow_parse:
+            return None  # the test hook exercises the pool itself: every sample reaches a worker
+        number = self._fast_golds.get(gold_text)
+        if number is None:
+            try:
+                number = gold_number(gold_text) or False
+            except Exception:  # never let the shortcut break a submission
+                number = False
+            self._fast_golds[gold_text] = number
+            while len(self._fast_golds) > _FAST_GOLD_MEMORY:
+                try:
+                    self._fast_golds.popitem(last=False)
+                except KeyError:  # another thread emptied it meanwhile
+                    break
+        if number is False:
+            return None
+        try:
+            out = exact_verdict(response, gold_text, self.require_anchor, gold=number)
+        except Exception:
+            return None
+        if out is None:
+            return None
+        return GradeResult(out["correct"], out["extracted"], out["gold_parsed"], False, None)
 
     def _ensure_thread(self) -> None:  # caller holds self._lock
         if self._thread is None:

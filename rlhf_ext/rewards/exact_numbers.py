@@ -1,0 +1,214 @@
+"""The grader's fast path: verdicts on plain numbers decided exactly, without math-verify.
+
+Most RL math data (GSM8K, AIME, AMC, much of DAPO-Math and OpenR1-Math) has integer or simple
+rational golds, and models answer them with numbers. For those the worker round trip and
+sympy are pure cost: :func:`exact_verdict` decides them in the calling process, with
+:class:`fractions.Fraction`, and returns exactly what the worker
+(:func:`~rlhf_ext.rewards.math_verify_recipe.grade_response`) would return -- or ``None``, and the
+sample goes to the workers as before. It never changes a verdict: it only answers when it is
+certain what math-verify 0.9 would say.
+
+What it reads: the final answer found by the grader's own extraction
+(:func:`~rlhf_ext.rewards.extraction.find_answer_candidate`), after the grader's own rewriting
+(:func:`~rlhf_ext.rewards.extraction.answer_readings`: joined digit groups, units dropped, operator
+arguments braced), on the answer and on the gold alike, when each has exactly one reading (a decimal
+comma ``2,74`` has two: workers) and that reading is, in full, one of
+
+* an integer: ``42``, ``-7``, ``+5``, ``025``, comma thousands ``1,000`` / ``12,345,678``;
+* a decimal: ``0.5``, ``.5``, ``-2.75``, ``1,000.5`` (at most 15 significant digits);
+* a fraction of integers: ``\\frac{3}{4}``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}`` (``\\dfrac``,
+  ``\\tfrac``, ``\\frac34`` after bracing), ``3/4``, ``-3/4``; a zero denominator is not;
+* a non-negative integer or decimal percentage: ``50\\%``, ``12.5%``.
+
+Anything else -- ``5.``, ``1e5``, ``\\sqrt{2}``, ``x = 5``, ``30^\\circ``, ``\\text{5}``, ``$5$``,
+spaces inside, a tuple -- goes to the workers.
+
+How math-verify 0.9 compares two such numbers (``math_verify.grader.sympy_expr_eq`` and
+``sympy_numeric_eq``, read in the installed package; each rule below is pinned by the property tests
+in ``tests/test_grading_fast_path.py`` against the worker's code and real math-verify):
+
+* latex2sympy reads an integer or a fraction of integers as an exact ``Integer`` / ``Rational`` (a
+  fraction that divides out, ``\\frac{4}{2}``, is an ``Integer``), a decimal as a ``Float``, and
+  ``X\\%`` as ``X * UnevaluatedExpr(1/100)``; the gold's normalization (math-verify's default,
+  ``nits=True``) reads a gold of exactly ``0.5`` or ``.5`` as ``\\frac{1}{2}``;
+* when either side is a ``Float`` (or a percentage of one), both are rounded to 6 decimals
+  (``float_rounding=6``) and compared: ``0.333333`` equals ``\\frac{1}{3}``, ``0.5000004`` equals
+  ``0.5``. The fast path decides such a pair only when the exact values are equal (correct) or
+  differ by more than 2e-6 (wrong: rounding moves each by at most 5e-7), with magnitudes below 1e9;
+  anything closer goes to the workers;
+* when both are integers or percentages of integers, the numbers before the percent sign are
+  compared: ``50\\%`` equals ``50`` (and a gold ``50`` accepts ``50\\%``);
+* otherwise the exact values are compared, and sympy's ``simplify(gold - answer)`` decides last:
+  ``\\frac{1}{4}`` equals ``25\\%``, ``500\\%`` equals ``5``; ``25.0\\%`` against ``25`` is a
+  ``Float`` comparison (0.25 against 25) and wrong.
+
+The deliberate differences of the grader from math-verify (``1\\,000`` and ``1 000`` are 1000,
+``7.5 m^2`` is 7.5, a decimal comma has two readings) come from the shared rewriting, so the fast
+path keeps them. Everything here is bounded string work on at most :data:`MAX_FAST_CHARS`
+characters of answer (plus the linear extraction the caller does anyway): a hostile answer costs
+microseconds and then goes to the workers, where the time limit applies.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Dict, Optional
+
+from .extraction import answer_readings, find_answer_candidate, normalize_answer
+
+# A number the fast path reads is short; longer answers are not even looked at.
+MAX_FAST_CHARS = 120
+_MAX_DIGITS = 60
+# Float comparisons are decided only away from math-verify's rounding to 6 decimals, and only where
+# a 15-digit Float holds the value exactly enough for that rounding.
+_FLOAT_MARGIN = Fraction(2, 10 ** 6)
+_FLOAT_MAX = 10 ** 9
+_FLOAT_DIGITS = 15
+
+_INT = r"(?:\d{1,%d}|[1-9]\d{0,2}(?:,\d{3}){1,19})" % _MAX_DIGITS
+_INTEGER = re.compile(r"([+-]?)(" + _INT + r")")
+_DECIMAL = re.compile(r"([+-]?)(" + _INT + r")?\.(\d{1,%d})" % _FLOAT_DIGITS)
+_FRACTION = re.compile(r"(-?)\\[dtc]?frac\{(-?)(\d{1,%d})\}\{(\d{1,%d})\}" % (_MAX_DIGITS, _MAX_DIGITS))
+_SLASH = re.compile(r"(-?)(\d{1,%d})/(\d{1,%d})" % (_MAX_DIGITS, _MAX_DIGITS))
+_PERCENT = re.compile(r"(.+?)(?:\\%|%)")
+
+
+@dataclass(frozen=True)
+class ExactNumber:
+    """How math-verify holds a number: ``kind`` "int" (sympy Integer), "rational" or "float";
+    ``value`` the number written (before a percent sign), exactly; ``percent`` whether ``X%``."""
+
+    kind: str
+    value: Fraction
+    percent: bool = False
+
+    @property
+    def effective(self) -> Fraction:
+        """The value math-verify's ``doit()`` gives (a percentage divided by 100)."""
+        return self.value / 100 if self.percent else self.value
+
+
+def _digits(s: str) -> str:
+    return s.replace(",", "")
+
+
+def _plain_number(text: str, gold: bool) -> Optional[ExactNumber]:
+    m = _INTEGER.fullmatch(text)
+    if m:
+        value = int(_digits(m.group(2)))
+        return ExactNumber("int", Fraction(-value if m.group(1) == "-" else value))
+    m = _DECIMAL.fullmatch(text)
+    if m:
+        whole, frac = _digits(m.group(2) or ""), m.group(3)
+        significant = (whole + frac).lstrip("0")
+        if len(significant) > _FLOAT_DIGITS:
+            return None
+        value = Fraction(int(whole or "0") * 10 ** len(frac) + int(frac), 10 ** len(frac))
+        if m.group(1) == "-":
+            value = -value
+        # math-verify's default (gold) normalization, nits=True: ".5" -> "0.5" -> "\frac{1}{2}"
+        if gold and text in ("0.5", ".5"):
+            return ExactNumber("rational", value)
+        return ExactNumber("float", value)
+    for pattern in (_FRACTION, _SLASH):
+        m = pattern.fullmatch(text)
+        if m:
+            if pattern is _FRACTION:
+                negative = (m.group(1) == "-") != (m.group(2) == "-")
+                num, den = int(m.group(3)), int(m.group(4))
+            else:
+                negative = m.group(1) == "-"
+                num, den = int(m.group(2)), int(m.group(3))
+            if den == 0:
+                return None  # zoo: math-verify compares it by its string only
+            value = Fraction(-num if negative else num, den)
+            return ExactNumber("int" if value.denominator == 1 else "rational", value)
+    return None
+
+
+def exact_number(reading: str, gold: bool = False) -> Optional[ExactNumber]:
+    """The number one reading (:func:`answer_readings`) of an answer or gold denotes, as math-verify
+    holds it, or None when it is not a plain number of the forms in the module docstring."""
+    if not reading or len(reading) > MAX_FAST_CHARS:
+        return None
+    text = reading.strip()
+    m = _PERCENT.fullmatch(text)
+    if m:
+        inner = _plain_number(m.group(1), gold=False)
+        # a negative percentage parses as -1 * (X%), not as a percentage atom: workers
+        if inner is None or inner.kind == "rational" or inner.value < 0 or m.group(1)[0] in "+-":
+            return None
+        if not (_INTEGER.fullmatch(m.group(1)) or _DECIMAL.fullmatch(m.group(1))):
+            return None
+        return ExactNumber(inner.kind, inner.value, percent=True)
+    return _plain_number(text, gold)
+
+
+def numbers_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
+    """math-verify's ``verify(gold, answer)`` on two plain numbers, or None when it is too close to
+    call exactly (a Float comparison near math-verify's rounding, or a magnitude where a 15-digit
+    Float is not exact)."""
+    g, a = gold.effective, answer.effective
+    if gold.kind == "float" or answer.kind == "float":
+        if max(abs(gold.value), abs(answer.value), abs(g), abs(a)) >= _FLOAT_MAX:
+            return None
+        if g == a:
+            return True
+        if abs(g - a) > _FLOAT_MARGIN:
+            return False
+        return None
+    if g == a:
+        return True
+    if gold.kind == "int" and answer.kind == "int" and gold.value == answer.value:
+        return True  # 50% against 50: math-verify compares the numbers before the percent sign
+    return False
+
+
+def _only_number(text: str, gold: bool) -> Optional[ExactNumber]:
+    """The number ``text`` (an answer as written, or a prepared gold) is under the grader's rewriting,
+    when it has exactly one reading and that is a plain number."""
+    if len(text) > MAX_FAST_CHARS:
+        return None
+    readings = answer_readings(text)
+    if len(readings) != 1:
+        return None
+    return exact_number(readings[0], gold=gold)
+
+
+def gold_number(gold_text: str) -> Optional[ExactNumber]:
+    """The number a prepared gold (:func:`~rlhf_ext.rewards.extraction.prepare_gold`) denotes, or None."""
+    if not isinstance(gold_text, str):
+        return None
+    return _only_number(gold_text, gold=True)
+
+
+def exact_verdict(response: str, gold_text: Optional[str], require_anchor: bool = True,
+                  gold: Optional[ExactNumber] = None) -> Optional[Dict]:
+    """The worker's verdict (``{"correct", "extracted", "gold_parsed"}``, as
+    :func:`~rlhf_ext.rewards.math_verify_recipe.grade_response` returns it) when the gold is a plain
+    number and the response states no answer or a plain number; else None (grade it in full).
+
+    ``gold``: :func:`gold_number` of ``gold_text`` when the caller has it cached.
+    """
+    if gold_text is None or not isinstance(response, str):
+        return None
+    if gold is None:
+        gold = gold_number(gold_text)
+        if gold is None:
+            return None
+    candidate = find_answer_candidate(response, require_anchor=require_anchor)
+    if candidate is None:
+        # the gold parses (it is a plain number), the response states nothing: wrong
+        return {"correct": False, "extracted": None, "gold_parsed": True}
+    answer = _only_number(candidate.raw, gold=False)
+    if answer is None:
+        return None
+    correct = numbers_equal(gold, answer)
+    if correct is None:
+        return None
+    return {"correct": correct, "extracted": normalize_answer(candidate.raw) or None, "gold_parsed": True}
+
+
+__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "exact_verdict"]

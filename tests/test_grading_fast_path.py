@@ -1,0 +1,346 @@
+"""Issue 27: the grader's fast path decides plain numbers exactly, and never changes a verdict.
+
+The full path is the worker's exact code (``grade_response``: the grader's extraction and rewriting,
+then real math-verify) in this main thread; the fast path is :func:`exact_verdict`. Hypothesis
+generates numbers and many spellings of each (integers with signs, leading zeros, comma / LaTeX /
+space thousands, decimals, ``\\frac`` / ``\\dfrac`` / unbraced / slash fractions, percentages, units,
+currency), answers right and wrong (off by one, off by 1e-7, a hundredfold, negated, inverted), in
+every anchor the extraction reads, in both grading modes. Wherever the fast path decides, its
+verdict (``correct``, ``extracted``, ``gold_parsed``) must be the full path's; and on spellings
+where the grader makes no deliberate difference, real math-verify as its own test suite calls it
+must agree too.
+"""
+
+import logging
+import time
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+from rlhf_ext.rewards import MathGrader, prepare_gold
+from rlhf_ext.rewards.exact_numbers import ExactNumber, exact_number, exact_verdict, gold_number, numbers_equal
+from rlhf_ext.rewards.math_verify_recipe import grade_response
+
+PROPERTY = settings(max_examples=250, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+class _Timeouts(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record):
+        if "Timeout" in record.getMessage():
+            self.count += 1
+
+
+def without_timeouts(grade, *args):
+    """``grade(*args)``, repeated when math-verify's own 5 s alarm fired: on a saturated machine a
+    gold as plain as ``0`` can time out and read as unparsed, and a timeout is no verdict."""
+    watch = _Timeouts()
+    logger = logging.getLogger("math_verify")
+    logger.addHandler(watch)
+    try:
+        for _ in range(3):
+            watch.count = 0
+            out = grade(*args)
+            if not watch.count:
+                return out
+    finally:
+        logger.removeHandler(watch)
+    raise RuntimeError(f"math-verify timed out three times on {args!r}: the machine is overloaded")
+
+
+def full(response: str, gold, require_anchor: bool = True) -> dict:
+    """The worker's verdict: its code, in this main thread."""
+    return without_timeouts(lambda: grade_response(response, prepare_gold(gold), {}, require_anchor=require_anchor))
+
+
+def fast(response: str, gold, require_anchor: bool = True):
+    return exact_verdict(response, prepare_gold(gold), require_anchor)
+
+
+# --- spellings -----------------------------------------------------------------------------------
+
+def _group(digits: str, sep: str) -> str:
+    head = len(digits) % 3 or 3
+    return sep.join([digits[:head]] + [digits[i:i + 3] for i in range(head, len(digits), 3)])
+
+
+def spellings(value: Fraction, draw) -> str:
+    """One way a person or a model writes ``value`` (exactly that value, as the grader reads it)."""
+    sign = "-" if value < 0 else ""
+    mag = abs(value)
+    forms = []
+    if mag.denominator == 1:
+        n = str(mag.numerator)
+        forms += [sign + n, ("+" if not sign else sign) + n, sign + "0" + n, sign + n + ".0", sign + n + ".00"]
+        if len(n) > 3:
+            forms += [sign + _group(n, sep) for sep in (",", "\\,", "{,}", "~", " ", "\\;")]
+        forms += ["\\frac{%s%d}{1}" % (sign, mag.numerator), "%s\\frac{%d}{2}" % (sign, 2 * mag.numerator)]
+        if mag.numerator < 10 ** 6:
+            forms += ["%s\\text{ cm}" % (sign + n), "%s m^2" % (sign + n)] if not sign else []
+            forms += ["\\$%s" % n, "%s €" % n] if not sign else []
+            forms += ["%d\\%%" % (100 * mag.numerator), "%d%%" % (100 * mag.numerator)] if not sign else []
+    else:
+        p, q = mag.numerator, mag.denominator
+        forms += ["%s\\frac{%d}{%d}" % (sign, p, q), "%s\\dfrac{%d}{%d}" % (sign, p, q),
+                  "\\frac{%s%d}{%d}" % (sign, p, q), "%s%d/%d" % (sign, p, q), "%s\\tfrac{%d}{%d}" % (sign, p, q)]
+        if p < 10 and q < 10:
+            forms.append("%s\\frac%d%d" % (sign, p, q))
+        q2 = q
+        for f in (2, 5):
+            while q2 % f == 0:
+                q2 //= f
+        if q2 == 1:  # a terminating decimal
+            text = format(mag.numerator / mag.denominator, ".12f").rstrip("0")
+            if Fraction(text) == mag:
+                forms += [sign + text, sign + text + "0"]
+                if text.startswith("0."):
+                    forms.append(sign + text[1:])
+                if not sign:
+                    pct = mag * 100
+                    if pct.denominator == 1:
+                        forms.append("%d\\%%" % pct.numerator)
+                    else:
+                        pct_text = format(pct.numerator / pct.denominator, ".10f").rstrip("0")
+                        if Fraction(pct_text) == pct:
+                            forms.append(pct_text + "\\%")
+    return draw(st.sampled_from(forms))
+
+
+def wrap(answer: str, draw, require_anchor: bool) -> str:
+    body = "Adding the two parts gives the total.\n"
+    forms = ["\\boxed{%s}" % answer, body + "So the answer is $\\boxed{%s}$." % answer,
+             body + "The answer is %s." % answer, body + "#### %s" % answer, "<answer>\n%s\n</answer>" % answer,
+             body + "Final answer: $%s$" % answer, "<think>try \\boxed{0}</think><answer>%s</answer>" % answer]
+    if not require_anchor:
+        forms += [body + "So the result is $%s$." % answer]
+    return draw(st.sampled_from(forms))
+
+
+def gold_form(value: Fraction, draw):
+    text = spellings(value, draw)
+    forms = [text, "$%s$" % text, "Solution text ... so it is $\\boxed{%s}$." % text]
+    if value.denominator == 1:
+        forms += [int(value), "Natalia sold %d clips.\n#### %d" % (abs(value), value), float(value)]
+        if abs(value) >= 1000:
+            forms.append("#### " + ("-" if value < 0 else "") + _group(str(abs(value.numerator)), ","))
+    elif (value * 1000).denominator == 1:
+        forms.append(float(value))
+    return draw(st.sampled_from(forms))
+
+
+values = st.one_of(
+    st.integers(-50, 1000).map(Fraction),
+    st.integers(1000, 10 ** 9).map(Fraction),
+    st.integers(10 ** 12, 10 ** 22).map(Fraction),
+    st.builds(Fraction, st.integers(-99, 99), st.integers(1, 40)),
+    st.builds(lambda n, k: Fraction(n, 10 ** k), st.integers(-10 ** 7, 10 ** 7), st.integers(1, 7)),
+)
+
+
+def wrong_twin(value: Fraction, draw) -> Fraction:
+    how = draw(st.sampled_from(["plus1", "minus1", "tiny", "small", "hundred", "neg", "inverse", "tenth"]))
+    if how == "plus1":
+        return value + 1
+    if how == "minus1":
+        return value - 1
+    if how == "tiny":
+        return value + Fraction(1, 10 ** 7)   # below math-verify's rounding: may still be "right"
+    if how == "small":
+        return value + Fraction(1, 10 ** 5)
+    if how == "hundred":
+        return value * 100 if value else Fraction(100)
+    if how == "neg":
+        return -value if value else Fraction(1)
+    if how == "inverse":
+        return 1 / value if value else Fraction(2)
+    return value / 10
+
+
+@st.composite
+def samples(draw):
+    require_anchor = draw(st.booleans())
+    gold_value = draw(values)
+    right = draw(st.booleans())
+    answer_value = gold_value if right else wrong_twin(gold_value, draw)
+    gold = gold_form(gold_value, draw)
+    answer = spellings(answer_value, draw)
+    return wrap(answer, draw, require_anchor), gold, require_anchor
+
+
+# --- the property ----------------------------------------------------------------------------------
+
+DECIDED = []
+
+
+@PROPERTY
+@given(samples())
+def test_fast_path_verdicts_equal_the_full_path(sample):
+    response, gold, require_anchor = sample
+    quick = fast(response, gold, require_anchor)
+    if quick is None:
+        return
+    DECIDED.append(quick["correct"])
+    assert quick == full(response, gold, require_anchor), (response, gold, require_anchor)
+
+
+def test_the_property_decides_most_of_what_it_generates():
+    """Not a vacuous property: the same generated samples are mostly decided, right and wrong alike."""
+    decided = []
+
+    @PROPERTY
+    @given(samples())
+    def collect(sample):
+        quick = fast(*sample)
+        if quick is not None:
+            decided.append(quick["correct"])
+
+    collect()
+    assert len(decided) >= 150 and 40 <= sum(decided) <= len(decided) - 40, (len(decided), sum(decided))
+
+
+_REFERENCE_CONFIG = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+
+
+def reference(gold: str, response: str) -> bool:
+    """math-verify as its own test suite calls it (REFERENCE.md section 9), on our own generated strings."""
+    return without_timeouts(lambda: bool(verify(parse(gold, _REFERENCE_CONFIG), parse(response, _REFERENCE_CONFIG),
+                                                float_rounding=6, strict=True)))
+
+
+@st.composite
+def plain_samples(draw):
+    """Spellings math-verify reads as the grader does (no thousands spacing, units or decimal comma)."""
+    gold_value = draw(values)
+    value = gold_value if draw(st.booleans()) else wrong_twin(gold_value, draw)
+    gold = spellings(gold_value, draw)
+    answer = spellings(value, draw)
+    for text in (gold, answer):
+        assume(not any(s in text for s in ("\\,", "{,}", "~", " ", "\\;", "cm", "€", "\\$", ",")))
+    return "\\boxed{%s}" % answer, gold
+
+
+@PROPERTY
+@given(plain_samples())
+def test_fast_path_agrees_with_real_math_verify(sample):
+    response, gold = sample
+    quick = fast(response, gold)
+    if quick is not None:
+        assert quick["correct"] == reference("$%s$" % gold, response), sample
+
+
+# --- hand-checked cases ------------------------------------------------------------------------------
+
+CASES = [
+    # (answer in a box, gold, correct) -- each decided by the fast path and equal to the full path
+    ("42", "42", True), ("42", "43", False), ("042", "42", True), ("+42", "42", True), ("-7", "-7", True),
+    ("-7", "7", False), ("1,000", "1000", True), ("1\\,000", "#### 1,000", True), ("1 000 000", "1000000", True),
+    ("27.0", 27.0, True), ("27", "27.0", True), ("0.5", "\\frac{1}{2}", True), ("\\frac12", "0.5", True),
+    ("1/2", ".5", True), ("\\dfrac{3}{4}", "0.75", True), ("-\\frac{1}{2}", "\\frac{-1}{2}", True),
+    ("\\frac{4}{2}", "2", True), ("0.75", "\\frac{3}{5}", False),
+    ("50\\%", "50", True), ("50\\%", "0.5", True), ("25\\%", "\\frac{1}{4}", True), ("500\\%", "5", True),
+    ("25.0\\%", "25", False), ("12.5\\%", "12.5", False), ("5%", "0.05", True),
+    ("12 €", "12", True), ("\\$12", "12", True), ("7.5 m^2", "7.5", True),
+]
+
+
+@pytest.mark.parametrize("answer, gold, correct", CASES)
+def test_hand_checked_cases_are_decided_and_agree(answer, gold, correct):
+    response = "So the answer is \\boxed{%s}." % answer
+    quick = fast(response, gold)
+    assert quick is not None, (answer, gold)
+    assert quick["correct"] is correct
+    assert quick == full(response, gold)
+
+
+UNDECIDED = [
+    # too close to math-verify's rounding, not a plain number, or ambiguous: the workers decide
+    ("0.5000004", "0.5"), ("0.333333", "\\frac{1}{3}"), ("0.1234567", "0.1234568"),
+    ("5.", "5"), ("1e5", "100000"), ("\\sqrt{4}", "2"), ("x = 5", "5"), ("30^\\circ", "30"), ("2,74", "2.74"),
+    ("\\frac{1}{0}", "1"), ("-50\\%", "-50"), ("\\frac{1}{2}\\%", "0.005"), ("(1, 2)", "1"), ("2 3", "23"),
+    ("12345678901.5", "12345678901.5"), ("0.1234567890123456", "0.1234567890123456"),
+]
+
+
+@pytest.mark.parametrize("answer, gold", UNDECIDED)
+def test_what_the_fast_path_leaves_to_the_workers(answer, gold):
+    response = "\\boxed{%s}" % answer
+    assert fast(response, gold) is None
+
+
+def test_golds_that_are_not_plain_numbers_skip_the_fast_path():
+    for gold in ("\\sqrt{2}", "x^2+1", "(1, 2)", "\\text{odd}", "2,74", "1, 2", "\\frac{1}{0}", "", None):
+        assert gold_number(gold) is None, gold
+        assert exact_verdict("\\boxed{1}", gold) is None
+
+
+def test_no_answer_against_a_number_gold_is_decided():
+    for response in ("I am not sure.", "The answer is \\boxed{}.", "", "\\boxed{\\frac{1}{"):
+        assert fast(response, "42") == full(response, "42") == {"correct": False, "extracted": None,
+                                                                   "gold_parsed": True}
+
+
+def test_the_number_model():
+    assert exact_number("0.5", gold=True) == ExactNumber("rational", Fraction(1, 2))
+    assert exact_number("0.5") == ExactNumber("float", Fraction(1, 2))
+    assert exact_number("50\\%") == ExactNumber("int", Fraction(50), percent=True)
+    assert exact_number("\\frac{6}{3}") == ExactNumber("int", Fraction(2))
+    assert numbers_equal(ExactNumber("int", Fraction(50)), ExactNumber("int", Fraction(50), True)) is True
+    assert numbers_equal(ExactNumber("float", Fraction(1, 3)), ExactNumber("rational", Fraction(1, 3))) is True
+    assert numbers_equal(ExactNumber("float", Fraction(1, 2)), ExactNumber("float", Fraction(500001, 10 ** 6))) is None
+
+
+@pytest.mark.parametrize("hostile", [
+    "\\boxed{" + "9" * 100_000 + "}",
+    "The answer is " + "1," * 50_000 + "1.",
+    "\\boxed{" + "\\frac{1}{" * 20_000 + "}" * 20_000 + "}",
+    "#### " + "1" * 5000 + "/" + "7" * 5000,
+    "\\boxed{9^{9^{9^{9}}}}",
+    "\\boxed{" + "1" * 60 + "." + "1" * 60 + "}",
+])
+def test_hostile_answers_cost_little(hostile):
+    """Each goes to the workers (and their time limit), or states no answer the extraction accepts
+    (a box of 100,000 characters is not a final answer): wrong, as the full path says."""
+    t0 = time.perf_counter()
+    for require_anchor in (True, False):
+        verdict = exact_verdict(hostile, "42", require_anchor)
+        assert verdict is None or verdict == {"correct": False, "extracted": None, "gold_parsed": True}
+    assert time.perf_counter() - t0 < 2.0
+
+
+# --- through the grader's pool -------------------------------------------------------------------------
+
+def test_the_pool_answers_plain_numbers_without_its_workers():
+    responses = ["\\boxed{%d}" % n for n in range(40)] + ["I am not sure."] * 5
+    golds = [str(n if n % 3 else n + 1) for n in range(40)] + ["7"] * 5
+    with MathGrader(timeout=30.0, workers=1) as grader:
+        results = grader.grade_batch(responses, golds)
+        stats = grader.stats()
+        assert stats["workers_started"] == 0 and stats["fast_path"] == 45
+        # a gold that is not a number still goes to a worker, and agrees with the per-sample path
+        mixed = grader.grade_batch(["\\boxed{\\sqrt{2}}", "\\boxed{3}"], ["\\sqrt{2}", "3"])
+        assert grader.stats()["workers_started"] >= 1 and grader.stats()["fast_path"] == 46
+    for response, gold, got in zip(responses, golds, results):
+        want = full(response, gold)
+        assert (got.correct, got.extracted, got.gold_parsed, got.timeout, got.error) == (
+            want["correct"], want["extracted"], want["gold_parsed"], False, None)
+    assert [r.correct for r in mixed] == [True, True]
+
+
+def test_the_fast_path_can_be_switched_off_and_pickles():
+    import pickle
+
+    grader = MathGrader(fast_path=False)
+    try:
+        assert pickle.loads(pickle.dumps(grader)).fast_path is False
+        assert MathGrader().fast_path is True
+    finally:
+        grader.close()
+    with pytest.raises(ValueError, match="fast_path"):
+        MathGrader(fast_path="yes")
