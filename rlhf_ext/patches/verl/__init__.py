@@ -16,6 +16,8 @@ where (``verl.trainer.ppo.core_algos``)     what                                
                                             verl's ``agg_loss`` (:mod:`.policy_loss`)
 ``kl_penalty_forward`` (patched, only with  ``RLHF_EXT_VERL_KL_CLIP``: KL value clamp     driver, actor workers
 ``RLHF_EXT_VERL_KL_CLIP`` set)              (:mod:`.kl`)
+``verl.utils.config.validate_config``       start-up checks of the rlhf_ext settings     driver
+(patched)                                   (:mod:`.startup`)
 ==========================================  ===========================================  ==================
 
 Registration happens when ``core_algos`` is imported (a post-import hook), so ``import verl`` in a
@@ -54,6 +56,7 @@ from .names import (
 logger = logging.getLogger("rlhf_ext.verl")
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
+VERL_CONFIG = "verl.utils.config"
 
 # name in core_algos -> the parameter list this glue was written against (None: must exist).
 ADVANTAGE_SEAMS = {
@@ -210,6 +213,13 @@ def _on_core_algos(module) -> None:
         register_all(module)
     except Exception as exc:
         logger.error("rlhf_ext: verl plugin registered nothing: %s: %s", type(exc).__name__, exc)
+    from .startup import env_problems
+
+    problems = env_problems()
+    if problems:
+        # as with a bad KL clamp: a setting that cannot be honoured stops the process
+        logger.error("rlhf_ext: %s", "; ".join(problems))
+        raise VerlCompatibilityError("rlhf_ext: " + "; ".join(problems))
     setting = kl_clip_setting()
     if setting is not None:
         try:
@@ -230,6 +240,23 @@ def activate() -> None:
             return
         _active.append(True)
     import_hooks.when_imported(CORE_ALGOS, _on_core_algos)
+    import_hooks.when_imported(VERL_CONFIG, _on_verl_config)
+
+
+def _on_verl_config(module) -> None:
+    """Post-import hook: wrap ``validate_config`` with rlhf_ext's start-up checks (:mod:`.startup`)."""
+    from .startup import VALIDATE_SEAM, make_validate_config
+
+    problems = requirement_problems(module, [Requirement("validate_config", VALIDATE_SEAM)])
+    if problems:
+        logger.error("rlhf_ext: cannot add its start-up checks to verl %s: %s", verl_version(), "; ".join(problems))
+        return
+    if not getattr(module.validate_config, "rlhf_ext_patched", False):
+        _config_original.append((module, module.validate_config))
+        module.validate_config = make_validate_config(module.validate_config)
+
+
+_config_original = []
 
 
 def deactivate() -> None:
@@ -237,8 +264,12 @@ def deactivate() -> None:
     import sys
 
     import_hooks.clear(CORE_ALGOS)
+    import_hooks.clear(VERL_CONFIG)
     _active.clear()
     unpatch_kl()
+    for config_module, original in _config_original:
+        config_module.validate_config = original
+    _config_original.clear()
     module = sys.modules.get(CORE_ALGOS)
     with _lock:
         if module is not None:

@@ -1,0 +1,133 @@
+"""verl: the start-up checks (gdpo, optimal_token_baseline, k3_bias_corrected, the loss-mask
+variables) through verl's real ``validate_config`` on its real Hydra config, the off-policy sequence
+mask through verl's ``get_policy_loss_fn``, and token-sum against verl's ``agg_loss`` (.venv-verl)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import verl  # noqa: F401  (activates the plugin, as in a run)
+from verl.trainer.ppo import core_algos
+
+from rlhf_ext.algorithms import aggregate_loss, off_policy_sequence_mask
+from rlhf_ext.patches.verl import startup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_verl_examples import compose, overrides  # noqa: E402
+
+
+def validate(extra, monkeypatch=None, env=None):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils import config as verl_config
+
+    cfg = compose(overrides("grpo.sh") + extra)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    verl_config.validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+
+
+def test_the_grpo_example_passes_verls_validation_with_the_checks_on():
+    from verl.utils import config as verl_config
+
+    assert getattr(verl_config.validate_config, "rlhf_ext_patched", False)
+    validate([])
+    validate(["algorithm.adv_estimator=rlhf_ext_gpg"])
+
+
+@pytest.mark.parametrize("extra, env, message", [
+    (["algorithm.adv_estimator=rlhf_ext_gdpo"], {}, "use algorithm.adv_estimator=gdpo with algorithm.gdpo_reward_keys"),
+    (["algorithm.adv_estimator=rlhf_ext_optimal_token_baseline"], {}, "needs each token's sum_pi_squared"),
+    (["algorithm.adv_estimator=rlhf_ext_nosuch"], {}, "is not an rlhf_ext estimator"),
+    (["actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_type=k3_bias_corrected"], {},
+     "without the old log-probs"),
+    ([], {startup.TOP_ENTROPY_ENV: "0.2"}, "without the token entropy"),
+    ([], {startup.TRUNCATED_ENV: "1"}, "receives no truncation flag"),
+    ([], {startup.OFF_POLICY_ENV: "-1"}, "must be a finite number >= 0"),
+    ([], {startup.OFF_POLICY_ENV: "0.5"}, "use rlhf_ext_ppo or unset it"),
+])
+def test_runs_rlhf_ext_cannot_serve_stop_in_validate_config(monkeypatch, extra, env, message):
+    with pytest.raises(ValueError, match="this verl run cannot start") as exc:
+        validate(extra, monkeypatch, env)
+    assert message in str(exc.value)
+
+
+def test_off_policy_mask_with_an_rlhf_ext_loss_passes(monkeypatch):
+    validate(["actor_rollout_ref.actor.policy_loss.loss_mode=rlhf_ext_ppo"], monkeypatch,
+             {startup.OFF_POLICY_ENV: "0.5"})
+
+
+def test_main_ppo_uses_the_checked_validate_config():
+    from verl.trainer import main_ppo
+
+    assert getattr(main_ppo.validate_config, "rlhf_ext_patched", False)
+
+
+def test_a_bad_mask_variable_stops_a_worker_importing_core_algos():
+    code = "import verl\nfrom verl.trainer.ppo import core_algos\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLHF_EXT_VERL")}
+    env[startup.TOP_ENTROPY_ENV] = "0.2"
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode != 0
+    assert "without the token entropy" in proc.stderr
+
+
+def _batch(seed=0, B=6, T=7):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.arange(T)[None, :] < torch.tensor([7, 3, 5, 2, 6, 4])[:, None]
+    old = -torch.rand(B, T, generator=g) * 2
+    lp = old + torch.randn(B, T, generator=g) * 0.1
+    adv = torch.randn(B, 1, generator=g).expand(B, T).contiguous()
+    adv[0], lp[0] = -1.0, old[0] - 2.0  # negative advantage, far off-policy: dropped
+    adv[1], lp[1] = 1.0, old[1] - 2.0   # far off-policy but positive: kept
+    return mask, old, lp, adv
+
+
+def _actor_config(mode):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0,
+                             "policy_loss": {"loss_mode": "rlhf_ext_ppo"}, "global_batch_info": {},
+                             "loss_scale_factor": None, "loss_agg_mode": mode})
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"])
+def test_off_policy_mask_equals_verls_vanilla_loss_on_the_kept_sequences(monkeypatch, mode):
+    """verl's vanilla PPO with the dropped sequences' advantages zeroed is the masked loss (PPO is A times a
+    factor per token), counts from the full mask: value and gradient."""
+    monkeypatch.setenv(startup.OFF_POLICY_ENV, "0.5")
+    mask, old, lp, adv = _batch()
+    keep = off_policy_sequence_mask(adv[:, 0], lp, old, mask, 0.5)
+    assert keep.tolist() == [False, True, True, True, True, True]
+    cfg = _actor_config(mode)
+    ours_lp = lp.clone().requires_grad_()
+    ours, _ = core_algos.get_policy_loss_fn("rlhf_ext_ppo")(old, ours_lp, adv, mask, mode, config=cfg)
+    ref_lp = lp.clone().requires_grad_()
+    ref, _ = core_algos.get_policy_loss_fn("vanilla")(old, ref_lp, adv * keep[:, None], mask, mode, config=cfg)
+    torch.testing.assert_close(ours, ref)
+    ours.backward()
+    ref.backward()
+    torch.testing.assert_close(ours_lp.grad, ref_lp.grad)
+    assert torch.count_nonzero(ours_lp.grad[0]) == 0 and torch.count_nonzero(ours_lp.grad[1]) > 0
+    monkeypatch.delenv(startup.OFF_POLICY_ENV)
+    unmasked, _ = core_algos.get_policy_loss_fn("rlhf_ext_ppo")(old, lp, adv, mask, mode, config=cfg)
+    assert not torch.allclose(unmasked, ours)
+
+
+@pytest.mark.parametrize("dp_size", [1, 2])
+def test_token_sum_equals_verls_agg_loss(dp_size):
+    """rlhf_ext's token-sum (which OpenRLHF's ppo/gspo use through the plugin, times the DP size as there)
+    is verl's token-sum."""
+    g = torch.Generator().manual_seed(3)
+    loss = torch.randn(5, 6, generator=g)
+    mask = torch.arange(6)[None, :] < torch.tensor([6, 2, 4, 1, 5])[:, None]
+    ref = core_algos.agg_loss(loss_mat=loss, loss_mask=mask, loss_agg_mode="token-sum", dp_size=dp_size,
+                              batch_num_tokens=mask.sum(), global_batch_size=5 * dp_size)
+    torch.testing.assert_close(aggregate_loss(loss, mask, "token-sum") * dp_size, ref)
