@@ -104,6 +104,8 @@ def test_openrlhf_defaults_untouched(parse):
         (["--algo.kl.clip", "1"], "LO HI or 'none'"),
         (["--actor.loss_agg_mode", "seq-sum"], "invalid choice: 'seq-sum'"),
         (["--rlhf_ext.top_entropy_quantile", "0.2"], "add --actor.entropy_coef 0"),
+        (["--algo.advantage.estimator", "optimal_token_baseline", "--rollout.n_samples_per_prompt", "4"],
+         "its actor returns only the sampled tokens' log-probs"),
         (["--rlhf_ext.top_entropy_quantile", "1.5", "--actor.entropy_coef", "0"], "must be in (0, 1]"),
         (["--rlhf_ext.off_policy_mask_threshold", "-1"], "must be a finite number >= 0"),
         (["--algo.kl.estimator", "k3_bias_corrected"], "add --algo.kl.use_loss"),

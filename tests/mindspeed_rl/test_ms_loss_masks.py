@@ -123,6 +123,7 @@ def test_config_keys_travel_and_bad_values_are_refused():
         ({"top_entropy_quantile": 0}, r"top_entropy_quantile must be in \(0, 1\]"),
         ({"off_policy_mask_threshold": -1}, "off_policy_mask_threshold must be a finite number >= 0"),
         ({"mask_truncated_completions": True}, "carries no truncation flag"),
+        ({"adv_estimator": "optimal_token_baseline"}, "needs, per response token, sum_pi_squared"),
         ({"kl_penalty": "k3_bias_corrected", "use_kl_in_reward": True}, "cannot be used with use_kl_in_reward"),
     ]:
         with pytest.raises(ConfigError, match=message):

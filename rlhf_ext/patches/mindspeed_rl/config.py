@@ -111,6 +111,11 @@ def available_estimators() -> List[str]:
 
 def check_estimator(name, options) -> Dict[str, Any]:
     valid = available_estimators()
+    if name == "optimal_token_baseline":  # rlhf_ext.algorithms.optimal_token_baseline, arXiv 2602.07078
+        raise ConfigError(
+            "rl_config.adv_estimator=optimal_token_baseline needs, per response token, sum_pi_squared (the sum over "
+            "the vocabulary of pi^2) besides old_log_prob: MindSpeed-RL's actor computes only the sampled tokens' "
+            "log-probs, and its advantage task sees token rewards and masks only")
     if not isinstance(name, str) or name not in valid:
         raise ConfigError(f"rl_config.adv_estimator={name!r} is not a known advantage estimator; valid: {_choices(valid)}")
     if options is None:

@@ -83,7 +83,7 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
 
     ours = [n for n in available_advantages() if n not in OPENRLHF_ESTIMATORS]
     est = actions["--algo.advantage.estimator"]
-    est.choices = list(OPENRLHF_ESTIMATORS) + ours
+    est.choices = list(OPENRLHF_ESTIMATORS) + ours + [TOKEN_BASELINE]  # the last is refused with its reason
     est.help = (
         f"{est.help} -- with --plugin rlhf_ext also: {', '.join(ours)} (rlhf_ext.algorithms; options via "
         "--algo.advantage.passk_k / --algo.advantage.option)"
@@ -224,6 +224,8 @@ def finalize(namespace) -> Dict[str, str]:
     from .policy_loss import _accepted_kwargs, loss_candidates
 
     estimator = _ns(namespace, "algo.advantage.estimator")
+    if estimator == TOKEN_BASELINE:
+        raise ValueError(TOKEN_BASELINE_MISSING)
     n = int(_ns(namespace, "rollout.n_samples_per_prompt", 1))
     options = parse_options(_ns(namespace, "algo.advantage.option"), "--algo.advantage.option")
     passk_k = _ns(namespace, "algo.advantage.passk_k")
@@ -299,6 +301,15 @@ def finalize(namespace) -> Dict[str, str]:
 
 
 BINARY_ESTIMATORS = ("passk", "maxrl")
+
+# rlhf_ext.algorithms.optimal_token_baseline (arXiv 2602.07078): a choice only to say why it cannot run
+TOKEN_BASELINE = "optimal_token_baseline"
+TOKEN_BASELINE_MISSING = (
+    "--algo.advantage.estimator optimal_token_baseline needs, per response token, sum_pi_squared (the sum over the "
+    "vocabulary of pi^2) besides the old log-probs: OpenRLHF's experience maker has the old log-probs at advantage "
+    "time, but its actor returns only the sampled tokens' log-probs, never the full distribution's sum of squares; "
+    "verl computes it (algorithm.adv_estimator=optimal_token_baseline with actor.calculate_sum_pi_squared=True)"
+)
 
 
 def _check_bias_corrected_kl(namespace) -> None:
