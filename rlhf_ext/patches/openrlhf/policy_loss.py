@@ -167,6 +167,8 @@ def make_policy_loss_class(base, module=None):
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
+            if bool(keep.all()):
+                keep = slice(None)  # every row has tokens (the usual case): views, not copies
             per_token, metrics = self._registered_fn(
                 log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
             )
