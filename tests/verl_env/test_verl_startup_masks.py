@@ -131,3 +131,75 @@ def test_token_sum_equals_verls_agg_loss(dp_size):
     ref = core_algos.agg_loss(loss_mat=loss, loss_mask=mask, loss_agg_mode="token-sum", dp_size=dp_size,
                               batch_num_tokens=mask.sum(), global_batch_size=5 * dp_size)
     torch.testing.assert_close(aggregate_loss(loss, mask, "token-sum") * dp_size, ref)
+
+
+# ---- the convention the hosts implement, against TRL 1.16's GRPOTrainer._compute_loss ----------
+
+@pytest.mark.parametrize("loss_type, level", [("dapo", "token"), ("grpo", "token")])
+def test_masks_and_bias_corrected_kl_compose_as_trls_compute_loss(loss_type, level):
+    """Policy loss x entropy mask x off-policy mask, counts from the full mask, plus beta x the
+    bias-corrected k3 over the full mask: what the OpenRLHF and MindSpeed-RL glue compute (their own
+    tests: host = this composition) equals TRL's loss, value and gradient."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    from rlhf_ext.algorithms import get_policy_loss, k3_bias_corrected, top_entropy_mask
+
+    g = torch.Generator().manual_seed(11)
+    B, T = 6, 7
+    mask = (torch.arange(T)[None, :] < torch.tensor([7, 3, 5, 2, 6, 4])[:, None]).to(torch.float64)
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    new = old + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    new[0] = old[0] - 1.5  # far off-policy
+    adv = torch.randn(B, 1, generator=g, dtype=torch.float64)
+    adv[0] = -1.0
+    ref = old + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    entropy = torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+    q, delta, beta = 0.4, 0.5, 0.1
+
+    lp = new.clone().requires_grad_(True)
+
+    class _Acc:
+        num_processes = 1
+        sync_gradients = True
+
+        def gather(self, x):
+            return x
+
+        gather_for_metrics = gather
+
+        def reduce(self, x, reduction="sum"):
+            return x
+
+    one_rank = SimpleNamespace(accelerator=SimpleNamespace(pad_across_processes=lambda x, dim, pad_index: x,
+                                                           gather=lambda x: x))
+    trainer = SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *a, **k: (lp, entropy, None),
+        aux_loss_enabled=False, top_entropy_quantile=q, off_policy_mask_threshold=delta,
+        importance_sampling_level=level, beta=beta, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28,
+        use_vllm=False, model=SimpleNamespace(training=True), current_gradient_accumulation_steps=1,
+        accelerator=_Acc(), _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
+        get_gamma_weights=GRPOTrainer.get_gamma_weights, get_high_entropy_mask=lambda e, m, t: GRPOTrainer.get_high_entropy_mask(one_rank, e, m, t),
+        get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
+        args=SimpleNamespace(delta=None, steps_per_generation=1, use_bias_correction_kl=True),
+    )
+    batch = {
+        "prompt_ids": torch.zeros(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask,
+        "advantages": adv[:, 0], "old_per_token_logps": old, "ref_per_token_logps": ref,
+        "num_items_in_batch": mask.sum(),
+    }
+    ref_loss = GRPOTrainer._compute_loss(trainer, None, batch)
+    ref_grad = torch.autograd.grad(ref_loss, lp)[0]
+
+    maskb = mask.bool()
+    ours_lp = new.clone().requires_grad_(True)
+    keep = top_entropy_mask(entropy, maskb, q) & off_policy_sequence_mask(adv[:, 0], ours_lp, old, maskb, delta)[:, None]
+    assert not keep[0].any() and 0 < int(keep.sum()) < int(maskb.sum())
+    per_token, _ = get_policy_loss("ppo")(ours_lp, old, adv.expand(B, T), maskb, eps_low=0.2, eps_high=0.28)
+    mode = "token-mean" if loss_type == "dapo" else "seq-mean-token-mean"
+    ours = aggregate_loss(per_token * keep + beta * k3_bias_corrected(ours_lp, ref, old), maskb, mode)
+    torch.testing.assert_close(ours.detach(), ref_loss.detach())
+    torch.testing.assert_close(torch.autograd.grad(ours, ours_lp)[0], ref_grad)
