@@ -43,7 +43,7 @@ def test_the_grpo_example_passes_verls_validation_with_the_checks_on():
 
 @pytest.mark.parametrize("extra, env, message", [
     (["algorithm.adv_estimator=rlhf_ext_gdpo"], {}, "use algorithm.adv_estimator=gdpo with algorithm.gdpo_reward_keys"),
-    (["algorithm.adv_estimator=rlhf_ext_optimal_token_baseline"], {}, "needs each token's sum_pi_squared"),
+    (["algorithm.adv_estimator=rlhf_ext_optimal_token_baseline"], {}, "calculate_sum_pi_squared=True"),
     (["algorithm.adv_estimator=rlhf_ext_nosuch"], {}, "is not an rlhf_ext estimator"),
     (["actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_type=k3_bias_corrected"], {},
      "without the old log-probs"),
@@ -56,6 +56,46 @@ def test_runs_rlhf_ext_cannot_serve_stop_in_validate_config(monkeypatch, extra, 
     with pytest.raises(ValueError, match="this verl run cannot start") as exc:
         validate(extra, monkeypatch, env)
     assert message in str(exc.value)
+
+
+def test_optimal_token_baseline_with_sum_pi_squared_passes():
+    validate(["algorithm.adv_estimator=rlhf_ext_optimal_token_baseline",
+              "actor_rollout_ref.actor.calculate_sum_pi_squared=True"])
+
+
+@pytest.mark.parametrize("with_is", [False, True])
+def test_rlhf_ext_optimal_token_baseline_through_compute_advantage_equals_verls(with_is):
+    """verl's compute_advantage (patched) hands rlhf_ext's estimator what it hands its own: same advantages."""
+    import numpy as np
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.trainer.ppo import ray_trainer
+    from verl.trainer.ppo.core_algos import AdvantageEstimator
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    assert getattr(compute_advantage, "rlhf_ext_patched", False)  # importers by name get the patched function
+    g = torch.Generator().manual_seed(4)
+    B, T = 8, 6
+    mask = (torch.arange(T)[None, :] < torch.tensor([6, 2, 4, 6, 3, 5, 1, 6])[:, None]).float()
+    rewards = torch.zeros(B, T)
+    rewards[torch.arange(B), mask.sum(-1).long() - 1] = torch.randint(0, 2, (B,), generator=g).float()
+    tensors = {"token_level_rewards": rewards, "response_mask": mask,
+               "old_log_probs": -torch.rand(B, T, generator=g) * 3, "sum_pi_squared": torch.rand(B, T, generator=g)}
+    if with_is:
+        tensors["rollout_is_weights"] = torch.rand(B, T, generator=g) + 0.5
+    uid = np.array(["a", "b", "a", "b", "a", "b", "a", "b"], dtype=object)
+
+    def run(name):
+        data = DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()}, non_tensors={"uid": uid})
+        return ray_trainer.compute_advantage(data, adv_estimator=name, config=OmegaConf.create({}))
+
+    ours, ref = run("rlhf_ext_optimal_token_baseline"), run(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE)
+    torch.testing.assert_close(ours.batch["advantages"], ref.batch["advantages"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours.batch["returns"], ref.batch["returns"])
+    assert not torch.equal(ours.batch["advantages"], ours.batch["returns"] * mask)  # the baseline did something
+    del tensors["sum_pi_squared"]
+    with pytest.raises(ValueError, match="did not get sum_pi_squared: set actor_rollout_ref.actor.calculate_sum"):
+        run("rlhf_ext_optimal_token_baseline")
 
 
 def test_off_policy_mask_with_an_rlhf_ext_loss_passes(monkeypatch):

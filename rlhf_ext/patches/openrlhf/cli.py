@@ -308,7 +308,8 @@ TOKEN_BASELINE_MISSING = (
     "--algo.advantage.estimator optimal_token_baseline needs, per response token, sum_pi_squared (the sum over the "
     "vocabulary of pi^2) besides the old log-probs: OpenRLHF's experience maker has the old log-probs at advantage "
     "time, but its actor returns only the sampled tokens' log-probs, never the full distribution's sum of squares; "
-    "verl computes it (algorithm.adv_estimator=optimal_token_baseline with actor.calculate_sum_pi_squared=True)"
+    "verl computes it (algorithm.adv_estimator=rlhf_ext_optimal_token_baseline with "
+    "actor_rollout_ref.actor.calculate_sum_pi_squared=True)"
 )
 
 

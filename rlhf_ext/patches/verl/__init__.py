@@ -18,6 +18,9 @@ where (``verl.trainer.ppo.core_algos``)     what                                
 ``RLHF_EXT_VERL_KL_CLIP`` set)              (:mod:`.kl`)
 ``verl.utils.config.validate_config``       start-up checks of the rlhf_ext settings     driver
 (patched)                                   (:mod:`.startup`)
+``ray_trainer.compute_advantage`` (patched) ``rlhf_ext_optimal_token_baseline`` gets the  driver (advantages)
+                                            inputs verl gives its own OTB
+                                            (:mod:`.token_baseline`)
 ==========================================  ===========================================  ==================
 
 Registration happens when ``core_algos`` is imported (a post-import hook), so ``import verl`` in a
@@ -57,6 +60,7 @@ logger = logging.getLogger("rlhf_ext.verl")
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
 VERL_CONFIG = "verl.utils.config"
+RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 
 # name in core_algos -> the parameter list this glue was written against (None: must exist).
 ADVANTAGE_SEAMS = {
@@ -163,6 +167,14 @@ def register_all(module=None) -> dict:
                 continue
             module.register_policy_loss(key)(make_verl_policy_loss(name, get_policy_loss(name), module.agg_loss))
             _registered["policy_losses"].append(key)
+        from .token_baseline import VERL_NAME, verl_token_baseline
+
+        current = module.ADV_ESTIMATOR_REGISTRY.get(VERL_NAME)
+        if current is None:
+            module.register_adv_est(VERL_NAME)(verl_token_baseline)
+            _registered["advantages"].append(VERL_NAME)
+        elif current is not verl_token_baseline:
+            _skip(f"advantage estimator {VERL_NAME!r} is already registered in verl by {current!r}")
         return registered()
 
 
@@ -241,6 +253,21 @@ def activate() -> None:
         _active.append(True)
     import_hooks.when_imported(CORE_ALGOS, _on_core_algos)
     import_hooks.when_imported(VERL_CONFIG, _on_verl_config)
+    import_hooks.when_imported(RAY_TRAINER, _on_ray_trainer)
+
+
+def _on_ray_trainer(module) -> None:
+    """Post-import hook: route ``rlhf_ext_optimal_token_baseline``'s inputs (:mod:`.token_baseline`)."""
+    from .token_baseline import SEAM_PARAMS, make_compute_advantage
+
+    problems = requirement_problems(module, [Requirement("compute_advantage", SEAM_PARAMS)])
+    if problems:
+        logger.error("rlhf_ext: rlhf_ext_optimal_token_baseline is unavailable in verl %s: %s", verl_version(),
+                     "; ".join(problems))
+        return
+    if not getattr(module.compute_advantage, "rlhf_ext_patched", False):
+        _config_original.append((module, module.compute_advantage))
+        module.compute_advantage = make_compute_advantage(module.compute_advantage)
 
 
 def _on_verl_config(module) -> None:
@@ -265,10 +292,11 @@ def deactivate() -> None:
 
     import_hooks.clear(CORE_ALGOS)
     import_hooks.clear(VERL_CONFIG)
+    import_hooks.clear(RAY_TRAINER)
     _active.clear()
     unpatch_kl()
-    for config_module, original in _config_original:
-        config_module.validate_config = original
+    for patched_module, original in _config_original:
+        setattr(patched_module, original.__name__, original)
     _config_original.clear()
     module = sys.modules.get(CORE_ALGOS)
     with _lock:

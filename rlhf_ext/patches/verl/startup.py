@@ -99,11 +99,11 @@ def config_problems(config: Any) -> List[str]:
     if estimator.startswith(PREFIX):
         name = estimator[len(PREFIX):]
         if name == "optimal_token_baseline":
-            problems.append(
-                f"algorithm.adv_estimator={estimator}: the optimal token baseline needs each token's sum_pi_squared "
-                "(sum over the vocabulary of pi^2) and the old log-probs, which verl 0.9.1 computes "
-                "(actor_rollout_ref.actor.calculate_sum_pi_squared=True) but hands only to its own estimator: use "
-                "algorithm.adv_estimator=optimal_token_baseline (equal to rlhf_ext's, tested)")
+            if not _get(config, "actor_rollout_ref.actor.calculate_sum_pi_squared", False):
+                problems.append(
+                    f"algorithm.adv_estimator={estimator}: the optimal token baseline needs each token's "
+                    "sum_pi_squared (sum over the vocabulary of pi^2), which verl's actor computes only with "
+                    "actor_rollout_ref.actor.calculate_sum_pi_squared=True")
         elif name not in available_advantages():
             problems.append(f"algorithm.adv_estimator={estimator} is not an rlhf_ext estimator; rlhf_ext's: "
                             + ", ".join(PREFIX + n for n in available_advantages()))
