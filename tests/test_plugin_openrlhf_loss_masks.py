@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+from test_plugin_openrlhf_losses import stub_runtime  # tests/ is on sys.path (pytest's rootdir insertion)
+
 from rlhf_ext.algorithms import (
     aggregate_loss,
     get_policy_loss,
@@ -77,17 +79,7 @@ def trainer_for(actor_module, loss_type, *, mode="token-mean", entropy_coef=None
     trainer.actor_loss_fn = actor_module.PolicyLoss(clip_eps_low=eps[0], clip_eps_high=eps[1],
                                                     policy_loss_type=loss_type)
     configure_from_args(trainer.actor_loss_fn, args)
-    trainer.actor_optim = torch.optim.SGD(trainer.actor.parameters(), lr=0.0)
-    trainer.strategy = SimpleNamespace(
-        ring_attn_group=None,
-        backward=lambda loss, model, opt: loss.backward(),
-        optimizer_step=lambda opt, model, sched, name=None: None,
-        get_grad_norm=lambda model: 0.0,
-    )
-    trainer.actor_scheduler = SimpleNamespace(get_last_lr=lambda: [1e-6])
-    trainer.ema_model = None
-    trainer.aux_loss = False
-    return trainer
+    return stub_runtime(trainer)
 
 
 def step(actor_module, loss_type, mask, old, adv, *, rollout=None, truncated_flags=None, base=None, kl_ctl=0.0,

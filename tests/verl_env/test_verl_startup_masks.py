@@ -21,6 +21,7 @@ from rlhf_ext.patches.verl import startup
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_verl_examples import compose, overrides  # noqa: E402
+from test_verl_losses_parity import _Accelerator  # noqa: E402
 
 
 def validate(extra, monkeypatch=None, env=None):
@@ -201,18 +202,6 @@ def test_masks_and_bias_corrected_kl_compose_as_trls_compute_loss(loss_type, lev
 
     lp = new.clone().requires_grad_(True)
 
-    class _Acc:
-        num_processes = 1
-        sync_gradients = True
-
-        def gather(self, x):
-            return x
-
-        gather_for_metrics = gather
-
-        def reduce(self, x, reduction="sum"):
-            return x
-
     one_rank = SimpleNamespace(accelerator=SimpleNamespace(pad_across_processes=lambda x, dim, pad_index: x,
                                                            gather=lambda x: x))
     trainer = SimpleNamespace(
@@ -220,7 +209,7 @@ def test_masks_and_bias_corrected_kl_compose_as_trls_compute_loss(loss_type, lev
         aux_loss_enabled=False, top_entropy_quantile=q, off_policy_mask_threshold=delta,
         importance_sampling_level=level, beta=beta, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28,
         use_vllm=False, model=SimpleNamespace(training=True), current_gradient_accumulation_steps=1,
-        accelerator=_Acc(), _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
+        accelerator=_Accelerator(), _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
         get_gamma_weights=GRPOTrainer.get_gamma_weights, get_high_entropy_mask=lambda e, m, t: GRPOTrainer.get_high_entropy_mask(one_rank, e, m, t),
         get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
         args=SimpleNamespace(delta=None, steps_per_generation=1, use_bias_correction_kl=True),
