@@ -210,7 +210,8 @@ def test_masks_and_bias_corrected_kl_compose_as_trls_compute_loss(loss_type, lev
         importance_sampling_level=level, beta=beta, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28,
         use_vllm=False, model=SimpleNamespace(training=True), current_gradient_accumulation_steps=1,
         accelerator=_Accelerator(), _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
-        get_gamma_weights=GRPOTrainer.get_gamma_weights, get_high_entropy_mask=lambda e, m, t: GRPOTrainer.get_high_entropy_mask(one_rank, e, m, t),
+        get_gamma_weights=GRPOTrainer.get_gamma_weights,
+        get_high_entropy_mask=lambda e, m, t: GRPOTrainer.get_high_entropy_mask(one_rank, e, m, t),
         get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
         args=SimpleNamespace(delta=None, steps_per_generation=1, use_bias_correction_kl=True),
     )
@@ -225,7 +226,8 @@ def test_masks_and_bias_corrected_kl_compose_as_trls_compute_loss(loss_type, lev
 
     maskb = mask.bool()
     ours_lp = new.clone().requires_grad_(True)
-    keep = top_entropy_mask(entropy, maskb, q) & off_policy_sequence_mask(adv[:, 0], ours_lp, old, maskb, delta)[:, None]
+    keep = top_entropy_mask(entropy, maskb, q)
+    keep = keep & off_policy_sequence_mask(adv[:, 0], ours_lp, old, maskb, delta)[:, None]
     assert not keep[0].any() and 0 < int(keep.sum()) < int(maskb.sum())
     per_token, _ = get_policy_loss("ppo")(ours_lp, old, adv.expand(B, T), maskb, eps_low=0.2, eps_high=0.28)
     mode = "token-mean" if loss_type == "dapo" else "seq-mean-token-mean"

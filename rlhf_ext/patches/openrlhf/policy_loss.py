@@ -134,7 +134,8 @@ def make_policy_loss_class(base, module=None):
             token_keep = loss_masks.token_keep(self, log_probs, old_log_probs, rollout_log_probs, advantages,
                                                action_mask)
             if token_keep is not None and self._registered_fn is None:
-                advantages = torch.where(token_keep, advantages, advantages.new_zeros(()))  # ppo / gspo: loss and gradient 0 where A is 0
+                # ppo / gspo: a token's loss and gradient are 0 where its advantage is 0
+                advantages = torch.where(token_keep, advantages, advantages.new_zeros(()))
 
             if self._registered_fn is None and mode not in SUM_MODES:
                 # OpenRLHF's loss and mode: its forward as is, plus the split clip fractions
