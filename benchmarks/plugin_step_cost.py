@@ -55,6 +55,17 @@ metrics (``metrics.jsonl``); the first step (warm-up) is left out of the medians
     flock /tmp/rlhf_heavy.lock python benchmarks/plugin_step_cost.py --whole-step --steps 5
 
 Goal (issue #15): <= 1.02x per seam and for the sum.
+
+New losses (``--losses``, issue 22): in one process, OpenRLHF's own ``PolicyLoss`` (the class in
+``openrlhf.models.loss``, unpatched: ``ppo``, token-mean) against the plugin's ``PolicyLoss``
+configured with each registered loss as ``ActorPPOTrainer.__init__`` configures it
+(``--actor.policy_loss_type NAME``, ``--rlhf_ext.step_metrics off``), forward + backward on one
+train micro-batch (``train_micro`` x ``tokens``, ragged lengths, OpenRLHF's global counts),
+interleaved per repetition; ``openrlhf_ppo_again`` is the A/A row (the noise floor).
+
+    python benchmarks/plugin_step_cost.py --losses new --shape realistic --reps 5
+
+Goal (issue #22): <= 1.05x of OpenRLHF's own PPO loss.
 """
 
 from __future__ import annotations
@@ -772,6 +783,83 @@ def print_whole_step(report: dict) -> None:
           f"{report['load_avg_after'][0]:.2f} (1 min)")
 
 
+NEW_LOSSES = ("cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "luspo", "vespo")
+LOSS_GOAL = 1.05
+
+
+def compare_losses(shape_name: str, reps: int, names, threads: int = 1) -> dict:
+    """Median time of forward + backward per loss, and its ratio to OpenRLHF's own PPO loss."""
+    import torch
+
+    from rlhf_ext.patches import activate
+
+    torch.set_num_threads(threads)
+    activate(["rlhf_ext"], role="bench")
+    from openrlhf.models.loss import PolicyLoss as OpenRLHFPolicyLoss
+    from openrlhf.trainer.ray import ppo_actor
+
+    from rlhf_ext.patches.openrlhf.policy_loss import configure_from_args
+
+    shape = SHAPES[shape_name]
+    B, T = shape["train_micro"], shape["tokens"]
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(max(1, T // 4), T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    logp = -torch.rand(B, T, generator=g) * 2.0
+    old = logp + 0.05 * torch.randn(B, T, generator=g)
+    adv = torch.randn(B, 1, generator=g).expand(B, T) * mask
+    info = {"dp_size": 1, "batch_num_tokens": mask.sum().float(), "global_batch_size": torch.tensor(float(B))}
+
+    def make(name):
+        if name in ("openrlhf_ppo", "openrlhf_ppo_again"):
+            return OpenRLHFPolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28, policy_loss_type="ppo")
+        loss = ppo_actor.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28, policy_loss_type=name)
+        args = _ns(actor=_ns(loss_agg_mode="token-mean", policy_loss_type=name, loss_agg_max_len=None,
+                             policy_loss_option=["seed=0"] if name == "clip_cov" else None),
+                   rlhf_ext=_ns(step_metrics="off"))
+        configure_from_args(loss, args)
+        return loss
+
+    def once(fn):
+        lp = logp.clone().requires_grad_()
+        out = fn(lp, old, adv, action_mask=mask, **info)[0]
+        out.backward()
+        if not torch.isfinite(lp.grad).all():
+            raise SideError("non-finite gradient")
+
+    rows = ["openrlhf_ppo_again", *names]
+    fns = {n: make(n) for n in ["openrlhf_ppo", *rows]}
+    inner = {}
+    for n, fn in fns.items():  # warm-up; the number of runs per timing
+        once(fn)
+        t0 = time.perf_counter()
+        once(fn)
+        inner[n] = max(1, min(MAX_INNER, int(INNER_TARGET_S / max(time.perf_counter() - t0, 1e-6))))
+    k = min(inner.values())
+    times = {n: [] for n in fns}
+    for rep in range(reps):
+        for n in rows:
+            for side in ("openrlhf_ppo", n) if rep % 2 == 0 else (n, "openrlhf_ppo"):
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    once(fns[side])
+                times[side].append((time.perf_counter() - t0) / k)
+        _progress(f"losses {shape_name}", rep + 1, reps)
+    base = statistics.median(times["openrlhf_ppo"])
+    return {"shape": shape_name, "batch": [B, T], "reps": reps, "runs": k, "baseline_s": base,
+            "losses": {n: {"median_s": statistics.median(times[n]), "ratio": statistics.median(times[n]) / base}
+                       for n in rows}}
+
+
+def print_losses(report: dict) -> None:
+    B, T = report["batch"]
+    print(f"\npolicy loss forward+backward, {B} x {T} tokens (shape {report['shape']}), {report['reps']} reps x "
+          f"{report['runs']} runs; OpenRLHF's own ppo: {_fmt(report['baseline_s'])}")
+    for name, row in report["losses"].items():
+        flag = "" if row["ratio"] <= LOSS_GOAL else f"  (> {LOSS_GOAL}x)"
+        print(f"  {name:<20} {_fmt(row['median_s']):>10}  x{row['ratio']:.3f}{flag}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=[*SHAPES, "all"], default="all",
@@ -798,6 +886,9 @@ def main(argv=None) -> int:
     parser.add_argument("--step-metrics", choices=["all", "off"], default="all",
                         help="the patched side's --rlhf_ext.step_metrics (off: only OpenRLHF's own work in the "
                              "loss, KL and advantage seams; default all)")
+    parser.add_argument("--losses", default=None, metavar="LIST",
+                        help="instead: each registered loss (comma list, or 'new' = issue 22's nine) against "
+                             "OpenRLHF's own PPO loss, forward + backward in one process, step metrics off")
     parser.add_argument("--child", choices=["patched", "unpatched"], help=argparse.SUPPRESS)
     parser.add_argument("--outdir", help=argparse.SUPPRESS)
     parser.add_argument("--role", help=argparse.SUPPRESS)
@@ -807,7 +898,15 @@ def main(argv=None) -> int:
 
     if args.child:
         return child_main(args.child, args.shape, args.threads, args.outdir, args.role or "")
-    if args.whole_step:
+    if args.losses:
+        names = list(NEW_LOSSES) if args.losses == "new" else [n.strip() for n in args.losses.split(",") if n.strip()]
+        shapes = ["smoke", "realistic"] if args.shape == "all" else [args.shape]
+        reports = []
+        for shape in shapes:
+            report = compare_losses(shape, args.reps or (5 if shape == "realistic" else 10), names, args.threads)
+            print_losses(report)
+            reports.append(report)
+    elif args.whole_step:
         if args.steps < 2:
             parser.error("--steps must be >= 2 (the first step is warm-up)")
         report = whole_step(args.workdir, args.steps, args.timeout, args.rounds)

@@ -103,7 +103,14 @@ def test_openrlhf_defaults_untouched(parse):
         (["--algo.kl.clip", "3", "1"], "LO < HI"),
         (["--algo.kl.clip", "1"], "LO HI or 'none'"),
         (["--actor.loss_agg_mode", "seq-sum"], "invalid choice: 'seq-sum'"),
-        (["--actor.loss_agg_mode", "token-sum"], "token-sum works with rlhf_ext's registered policy losses"),
+        (["--rlhf_ext.top_entropy_quantile", "0.2"], "add --actor.entropy_coef 0"),
+        (["--algo.advantage.estimator", "optimal_token_baseline", "--rollout.n_samples_per_prompt", "4"],
+         "its actor returns only the sampled tokens' log-probs"),
+        (["--rlhf_ext.top_entropy_quantile", "1.5", "--actor.entropy_coef", "0"], "must be in (0, 1]"),
+        (["--rlhf_ext.off_policy_mask_threshold", "-1"], "must be a finite number >= 0"),
+        (["--algo.kl.estimator", "k3_bias_corrected"], "add --algo.kl.use_loss"),
+        (["--algo.kl.estimator", "k3_bias_corrected", "--algo.kl.use_loss", "--algo.kl.unbiased_gradient"],
+         "drop --algo.kl.unbiased_gradient"),
         (["--algo.advantage.estimator", "gdpo", "--rollout.n_samples_per_prompt", "4"],
          "needs rlhf_ext's reward to report them: add --reward.functions"),
         (["--algo.advantage.estimator", "opo", "--rollout.n_samples_per_prompt", "4", "--algo.advantage.option",
@@ -132,6 +139,17 @@ def test_new_estimators_and_token_sum_pass_validation(parse):
     assert args.algo.advantage.estimator == "gdpo"
     args = parse("--algo.kl.estimator", "abs")
     assert args.algo.kl.estimator == "abs"
+
+
+def test_token_sum_with_openrlhfs_losses_and_the_loss_mask_flags_pass_validation(parse):
+    for loss in ("ppo", "gspo"):
+        args = parse("--actor.policy_loss_type", loss, "--actor.loss_agg_mode", "token-sum")
+        assert args.actor.loss_agg_mode == "token-sum"
+    args = parse("--rlhf_ext.top_entropy_quantile", "0.2", "--actor.entropy_coef", "0",
+                 "--rlhf_ext.mask_truncated_completions", "--rlhf_ext.off_policy_mask_threshold", "0.5",
+                 "--algo.kl.estimator", "k3_bias_corrected", "--algo.kl.use_loss")
+    assert args.rlhf_ext.top_entropy_quantile == 0.2 and args.rlhf_ext.mask_truncated_completions
+    assert args.rlhf_ext.off_policy_mask_threshold == 0.5 and args.algo.kl.estimator == "k3_bias_corrected"
 
 
 def test_registered_policy_loss_is_a_choice(parse, capfd):

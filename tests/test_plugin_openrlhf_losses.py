@@ -191,6 +191,22 @@ class TinyActor(nn.Module):
         return self.old + self.theta, SimpleNamespace(aux_loss=None, entropy=None)
 
 
+def stub_runtime(trainer):
+    """What ``training_step`` needs besides the actor and its loss: DeepSpeed's strategy (plain
+    backward, no optimizer step), the scheduler, no EMA model, no aux loss."""
+    trainer.actor_optim = torch.optim.SGD(trainer.actor.parameters(), lr=0.0)
+    trainer.strategy = SimpleNamespace(
+        ring_attn_group=None,
+        backward=lambda loss, model, opt: loss.backward(),
+        optimizer_step=lambda opt, model, sched, name=None: None,
+        get_grad_norm=lambda model: 0.0,
+    )
+    trainer.actor_scheduler = SimpleNamespace(get_last_lr=lambda: [1e-6])
+    trainer.ema_model = None
+    trainer.aux_loss = False
+    return trainer
+
+
 def test_real_training_step_logs_clip_fractions_and_clipped_kl_loss(actor_module):
     from openrlhf.trainer.ppo_utils.experience import Experience
 
@@ -215,16 +231,7 @@ def test_real_training_step_logs_clip_fractions_and_clipped_kl_loss(actor_module
     from rlhf_ext.patches.openrlhf.policy_loss import configure_from_args
 
     configure_from_args(trainer.actor_loss_fn, args)
-    trainer.actor_optim = torch.optim.SGD(trainer.actor.parameters(), lr=0.0)
-    trainer.strategy = SimpleNamespace(
-        ring_attn_group=None,
-        backward=lambda loss, model, opt: loss.backward(),
-        optimizer_step=lambda opt, model, sched, name=None: None,
-        get_grad_norm=lambda model: 0.0,
-    )
-    trainer.actor_scheduler = SimpleNamespace(get_last_lr=lambda: [1e-6])
-    trainer.ema_model = None
-    trainer.aux_loss = False
+    stub_runtime(trainer)
     experience = Experience(
         sequences=torch.zeros(B, T, dtype=torch.long),
         attention_mask=torch.ones(B, T),

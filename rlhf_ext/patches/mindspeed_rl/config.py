@@ -17,6 +17,12 @@ key                        meaning
 ``loss_agg_max_len``       the constant of ``seq-mean-token-sum-norm`` (the generation budget)
 ``kl_penalty``             also ``k1``, ``k2``, ``k3``, ``k3+`` (k3's value, k2's gradient)
 ``kl_clip``                ``[lo, hi]`` or ``none``: replaces the hard-coded [-10, 10]
+``kl_penalty``             also ``k3_bias_corrected`` ((pi / pi_old) k3, DeepSeek-V3.2; the GRPO
+                           actor's KL loss only, not ``use_kl_in_reward``)
+``top_entropy_quantile``   only that top fraction of response tokens by entropy carries policy
+                           gradient (arXiv 2506.01939); the loss then computes the entropy
+``off_policy_mask_threshold``  DeepSeek-V3.2's off-policy sequence mask against ``old_log_prob``
+``mask_truncated_completions`` refused: MindSpeed-RL's actor batch has no truncation flag
 ``verifier_function``      also ``rlhf_ext:NAME`` (an rlhf_ext reward or preset), weights as usual;
                            rlhf_ext rewards grade with a per-sample timeout of
                            ``verifier_timeout`` seconds (a MindSpeed-RL key it never reads)
@@ -38,7 +44,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 # What MindSpeed-RL 2.1.0 implements itself; these keep its exact code paths.
 MINDSPEED_ESTIMATORS = ("group_norm", "gae")
 MINDSPEED_KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl")
-RLHF_EXT_KL_PENALTIES = ("k1", "k2", "k3", "k3+")
+RLHF_EXT_KL_PENALTIES = ("k1", "k2", "k3", "k3+", "k3_bias_corrected")
+BIAS_CORRECTED_KL = "k3_bias_corrected"  # needs the old log-probs: only the actor loss has them
 # rule_verifier.verifier's local table in 2.1.0: name -> module-level function it calls.
 MINDSPEED_VERIFIERS = {
     "acc": "accuracy_reward",
@@ -58,7 +65,7 @@ POLICY_LOSS_TYPES = ("ppo", "gspo")
 WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
 NEW_KEYS = ("adv_estimator_options", "policy_loss_type", "loss_agg_mode", "loss_agg_max_len", "kl_clip",
-            "policy_loss_options")
+            "policy_loss_options", "top_entropy_quantile", "off_policy_mask_threshold", "mask_truncated_completions")
 # The loss options the plugin sets from MindSpeed-RL's own clip keys (not allowed in policy_loss_options).
 CLIP_OPTIONS = ("eps_low", "eps_high", "clip_ratio_low", "clip_ratio_high")
 DEFAULT_KL_CLIP = (-10.0, 10.0)  # MindSpeed-RL's hard-coded clamp of low_var_kl
@@ -104,6 +111,11 @@ def available_estimators() -> List[str]:
 
 def check_estimator(name, options) -> Dict[str, Any]:
     valid = available_estimators()
+    if name == "optimal_token_baseline":  # rlhf_ext.algorithms.optimal_token_baseline, arXiv 2602.07078
+        raise ConfigError(
+            "rl_config.adv_estimator=optimal_token_baseline needs, per response token, sum_pi_squared (the sum over "
+            "the vocabulary of pi^2) besides old_log_prob: MindSpeed-RL's actor computes only the sampled tokens' "
+            "log-probs, and its advantage task sees token rewards and masks only")
     if not isinstance(name, str) or name not in valid:
         raise ConfigError(f"rl_config.adv_estimator={name!r} is not a known advantage estimator; valid: {_choices(valid)}")
     if options is None:
@@ -254,6 +266,33 @@ def check_verifiers(functions, weights) -> List[str]:
     return specs
 
 
+def check_token_masks(ours: Mapping[str, Any], source: Mapping[str, Any]) -> Dict[str, Any]:
+    """The three loss-mask keys of issue 22, and ``kl_penalty: k3_bias_corrected``'s requirements."""
+    import math
+
+    out: Dict[str, Any] = {}
+    q = ours.get("top_entropy_quantile")
+    if q is not None:
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
+            raise ConfigError(f"rl_config.top_entropy_quantile must be in (0, 1], got {q!r}")
+        out["top_entropy_quantile"] = float(q)
+    delta = ours.get("off_policy_mask_threshold")
+    if delta is not None:
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (delta >= 0 and math.isfinite(delta)):
+            raise ConfigError(f"rl_config.off_policy_mask_threshold must be a finite number >= 0, got {delta!r}")
+        out["off_policy_mask_threshold"] = float(delta)
+    if ours.get("mask_truncated_completions"):
+        raise ConfigError(
+            "rl_config.mask_truncated_completions: MindSpeed-RL 2.1.0's actor batch carries no truncation flag "
+            "(no finish reason reaches the loss, only response_length), so truncated responses cannot be told apart; "
+            "use DAPO's overlong shaping in the reward instead (rl_config.overlong_buffer_enable)")
+    if source.get("kl_penalty") == BIAS_CORRECTED_KL and source.get("use_kl_in_reward"):
+        raise ConfigError(
+            f"rl_config.kl_penalty={BIAS_CORRECTED_KL} weights k3 by pi/pi_old, which exists only in the actor's KL "
+            "loss: it cannot be used with use_kl_in_reward (the reward's KL has no old log-probs)")
+    return out
+
+
 def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str, Any]]:
     """Split the rlhf_ext keys off an ``rl_config`` dict and validate every value rlhf_ext extends.
 
@@ -279,6 +318,7 @@ def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str
             settings[key] = value
     if clip is not None:
         settings["kl_clip"] = list(clip) if clip else "none"
+    settings.update(check_token_masks(ours, source))
     check_verifiers(_plain(source.get("verifier_function", ["base_acc"])), _plain(source.get("verifier_weight", [1.0])))
     return source, settings
 

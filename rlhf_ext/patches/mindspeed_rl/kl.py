@@ -55,6 +55,21 @@ def rlhf_ext_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, name: str, c
     return clamped
 
 
+def bias_corrected_kl(log_prob, ref_log_prob, old_log_prob, kl_penalty) -> torch.Tensor:
+    """``kl_penalty: k3_bias_corrected`` in the GRPO actor loss: ``(pi / pi_old) k3`` (DeepSeek-V3.2,
+    arXiv 2512.02556; TRL 1.16's ``use_bias_correction_kl``), k3 on the log ratio bounded to +-20 and
+    the value clamped to ``kl_clip`` (default [-10, 10]) like the other estimators here."""
+    from rlhf_ext.algorithms import k3_bias_corrected
+
+    clip = kl_clip_of(settings_of(kl_penalty))
+    bounds = None if clip == "none" else (DEFAULT_KL_CLIP if clip is None else clip)
+    bounded_ref = log_prob - (log_prob - ref_log_prob).clamp(-LOG_RATIO_CLIP, LOG_RATIO_CLIP)
+    value = k3_bias_corrected(log_prob, bounded_ref, old_log_prob)
+    clamped = value if bounds is None else value.clamp(bounds[0], bounds[1])
+    _last.clipped = (clamped.detach() != value.detach())
+    return clamped
+
+
 def make_compute_kl_penalty(original, module):
     @functools.wraps(original)
     def compute_kl_penalty(logprob, ref_logprob, kl_penalty="low_var_kl"):

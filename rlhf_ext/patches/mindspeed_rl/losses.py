@@ -19,7 +19,12 @@ With no rlhf_ext setting the original ``compute_loss`` runs, bit for bit. Otherw
   ``seq-mean-token-mean``); ``seq-mean-token-sum-norm`` divides by ``loss_agg_max_len`` x sequences
   (Dr.GRPO, arXiv 2503.20783). Counts are the micro-batch's, as MindSpeed-RL's own losses use;
 * GRPO adds ``kl_ctrl.value`` x the token-mean KL (``compute_kl_penalty`` with ``k1``/``k2``/``k3``
-  and ``kl_clip``) and subtracts the entropy bonus, as the built-in loss does.
+  and ``kl_clip``; ``k3_bias_corrected`` here, with ``old_log_prob``) and subtracts the entropy bonus,
+  as the built-in loss does;
+* ``top_entropy_quantile`` / ``off_policy_mask_threshold`` multiply the per-token policy loss by
+  their mask before aggregation (counts from the full mask, as TRL does); the entropy is computed
+  for the first even with ``entropy_coeff: 0``, and the second measures the KL from
+  ``old_log_prob`` (the policy that sampled, in MindSpeed-RL's batch).
 
 Metrics: MindSpeed-RL's (``actor/pg_loss``, ``actor/pg_clipfrac`` = low + high, ``actor/ppo_kl``,
 ``actor/kl_loss``, ``actor/entropy``) plus ``actor/clip_frac_low``, ``actor/clip_frac_high`` and, with
@@ -35,7 +40,7 @@ import inspect
 
 import torch
 
-from .config import RLHF_EXT_KL_PENALTIES, settings_of
+from .config import BIAS_CORRECTED_KL, RLHF_EXT_KL_PENALTIES, settings_of
 
 SETTINGS_ATTR = "_rlhf_ext_settings"
 
@@ -73,7 +78,26 @@ def _clip_range(loss):
     return float(loss.clip_ratio), float(loss.clip_ratio)
 
 
-def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode):
+def token_keep(settings, log_probs, old_log_prob, advantages, mask, entropy):
+    """The tokens that keep their policy loss under ``top_entropy_quantile`` / ``off_policy_mask_threshold``."""
+    from rlhf_ext.algorithms import off_policy_sequence_mask, top_entropy_mask
+
+    keep = None
+    delta = settings.get("off_policy_mask_threshold")
+    if delta is not None:
+        m = mask.to(advantages.dtype)
+        seq_adv = (torch.where(mask, advantages, advantages.new_zeros(())) * m).sum(-1) / m.sum(-1).clamp(min=1)
+        keep = mask & off_policy_sequence_mask(seq_adv, log_probs.detach(), old_log_prob, mask, delta)[:, None]
+    q = settings.get("top_entropy_quantile")
+    if q is not None:
+        if entropy is None:
+            raise ValueError("rl_config.top_entropy_quantile: the actor returned no entropy")
+        top = top_entropy_mask(entropy.detach(), mask, q)
+        keep = top if keep is None else keep & top
+    return keep
+
+
+def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, entropy=None):
     """``(aggregated policy loss, ppo_kl, metrics)`` for the rlhf_ext settings of ``loss``."""
     from rlhf_ext.algorithms import aggregate_loss, get_policy_loss
 
@@ -91,6 +115,9 @@ def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode):
             extra.update({low_key: eps_low, high_key: eps_high})
     extra.update(settings.get("policy_loss_options") or {})
     per_token, metrics = fn(log_probs, old_log_prob, advantages, mask, **extra)
+    keep = token_keep(settings, log_probs, old_log_prob, advantages, mask, entropy)
+    if keep is not None:
+        per_token = torch.where(keep, per_token, per_token.new_zeros(()))
     mode = settings.get("loss_agg_mode", default_mode)
     pg = aggregate_loss(per_token, mask, mode, max_len=settings.get("loss_agg_max_len"))
     return pg, metrics
@@ -131,19 +158,25 @@ def _make_compute_loss(original, module, with_kl: bool, default_mode):
     def compute_loss(self, output, batch, forward_only=False, non_loss_data=True, **kwargs):
         if forward_only or not _uses_rlhf_ext(self):
             return original(self, output, batch, forward_only, non_loss_data, **kwargs)
+        settings = getattr(self, SETTINGS_ATTR, None) or {}
+        needs_entropy = self.entropy_coeff != 0 or settings.get("top_entropy_quantile") is not None
         log_probs, entropy = self.compute_log_probs(
-            output=output, batch=batch, skip_entropy=(self.entropy_coeff == 0), **kwargs)
+            output=output, batch=batch, skip_entropy=not needs_entropy, **kwargs)
         mask = _mask(batch, log_probs, module.generate_mask)
         old_log_prob = batch.get("old_log_prob")
         advantages = batch["advantages"]
-        pg, metrics = policy_terms(self, log_probs, old_log_prob, advantages, mask, default_mode(self))
+        pg, metrics = policy_terms(self, log_probs, old_log_prob, advantages, mask, default_mode(self), entropy)
         entropy_mean = _masked_mean(entropy, mask) if entropy is not None else pg.new_zeros(())
         extra = {"entropy": entropy_mean.detach(), "kl_loss": pg.new_zeros(()), "kl_clip_frac": None}
         pg_loss = pg
         if with_kl:
-            from .kl import last_clipped
+            from .kl import bias_corrected_kl, last_clipped
 
-            kl = module.compute_kl_penalty(log_probs, batch["ref_log_prob"], self.kl_penalty)
+            if str(self.kl_penalty) == BIAS_CORRECTED_KL:
+                old = old_log_prob if old_log_prob is not None else log_probs.detach()  # on-policy: ratio 1
+                kl = bias_corrected_kl(log_probs, batch["ref_log_prob"], old, self.kl_penalty)
+            else:
+                kl = module.compute_kl_penalty(log_probs, batch["ref_log_prob"], self.kl_penalty)
             clipped = last_clipped()
             if clipped is not None and clipped.shape == mask.shape:
                 extra["kl_clip_frac"] = _masked_mean(clipped.float(), mask).detach()

@@ -24,7 +24,7 @@ from typing import Dict
 
 # Only light imports here: the argparse hook is installed at interpreter start-up; rlhf_ext.algorithms
 # (torch) loads when OpenRLHF's parser is actually used.
-from . import compat, mismatch
+from . import compat, loss_masks, mismatch
 from .config import (
     ADVANTAGE_INPUTS,
     OPENRLHF_ESTIMATORS,
@@ -83,7 +83,7 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
 
     ours = [n for n in available_advantages() if n not in OPENRLHF_ESTIMATORS]
     est = actions["--algo.advantage.estimator"]
-    est.choices = list(OPENRLHF_ESTIMATORS) + ours
+    est.choices = list(OPENRLHF_ESTIMATORS) + ours + [TOKEN_BASELINE]  # the last is refused with its reason
     est.help = (
         f"{est.help} -- with --plugin rlhf_ext also: {', '.join(ours)} (rlhf_ext.algorithms; options via "
         "--algo.advantage.passk_k / --algo.advantage.option)"
@@ -104,12 +104,14 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
         "else --data.max_len), token-sum (sum over tokens, no normaliser, verl's token-sum)"
     )
 
-    from .kl import RLHF_EXT_KL_ESTIMATORS
+    from .kl import BIAS_CORRECTED_KL, RLHF_EXT_KL_ESTIMATORS
 
     kl_est = actions.get("--algo.kl.estimator")
     if kl_est is not None and kl_est.choices:
-        kl_est.choices = list(kl_est.choices) + [n for n in RLHF_EXT_KL_ESTIMATORS if n not in kl_est.choices]
-        kl_est.help = f"{kl_est.help} -- with --plugin rlhf_ext also: abs (|log pi - log pi_ref|)"
+        added = RLHF_EXT_KL_ESTIMATORS + (BIAS_CORRECTED_KL,)
+        kl_est.choices = list(kl_est.choices) + [n for n in added if n not in kl_est.choices]
+        kl_est.help = (f"{kl_est.help} -- with --plugin rlhf_ext also: abs (|log pi - log pi_ref|), "
+                       f"{BIAS_CORRECTED_KL} ((pi/pi_old) k3, KL as a loss only: --algo.kl.use_loss)")
 
     group = parser.add_argument_group(
         "rlhf_ext plugin",
@@ -156,6 +158,7 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
         help="parallel grader processes of rlhf_ext's reward in each rollout actor (RLHF_EXT_REWARD_WORKERS)",
     )  # fmt: skip
     mismatch.add_arguments(group)
+    loss_masks.add_arguments(group)
     group.add_argument(
         "--rlhf_ext.run_dir", default=None, metavar="DIR",
         help="run record directory: config.json, metrics.jsonl (one line per global step), events.jsonl, "
@@ -221,6 +224,8 @@ def finalize(namespace) -> Dict[str, str]:
     from .policy_loss import _accepted_kwargs, loss_candidates
 
     estimator = _ns(namespace, "algo.advantage.estimator")
+    if estimator == TOKEN_BASELINE:
+        raise ValueError(TOKEN_BASELINE_MISSING)
     n = int(_ns(namespace, "rollout.n_samples_per_prompt", 1))
     options = parse_options(_ns(namespace, "algo.advantage.option"), "--algo.advantage.option")
     passk_k = _ns(namespace, "algo.advantage.passk_k")
@@ -266,13 +271,8 @@ def finalize(namespace) -> Dict[str, str]:
             raise ValueError(f"--actor.policy_loss_type {loss_type}: {exc}") from None
 
     mode = _ns(namespace, "actor.loss_agg_mode", "token-mean")
-    if mode == "token-sum" and loss_type in OPENRLHF_POLICY_LOSSES:
-        # OpenRLHF's own PolicyLoss knows only token-mean and per-sequence means; it would
-        # silently aggregate a token sum as seq-mean-token-mean.
-        raise ValueError(
-            f"--actor.loss_agg_mode token-sum works with rlhf_ext's registered policy losses (e.g. pg), "
-            f"not with OpenRLHF's own {loss_type!r}"
-        )
+    loss_masks.finalize(namespace)
+    _check_bias_corrected_kl(namespace)
     max_len = _ns(namespace, "actor.loss_agg_max_len")
     if max_len is not None and max_len < 1:
         raise ValueError(f"--actor.loss_agg_max_len must be >= 1, got {max_len}")
@@ -301,6 +301,29 @@ def finalize(namespace) -> Dict[str, str]:
 
 
 BINARY_ESTIMATORS = ("passk", "maxrl")
+
+# rlhf_ext.algorithms.optimal_token_baseline (arXiv 2602.07078): a choice only to say why it cannot run
+TOKEN_BASELINE = "optimal_token_baseline"
+TOKEN_BASELINE_MISSING = (
+    "--algo.advantage.estimator optimal_token_baseline needs, per response token, sum_pi_squared (the sum over the "
+    "vocabulary of pi^2) besides the old log-probs: OpenRLHF's experience maker has the old log-probs at advantage "
+    "time, but its actor returns only the sampled tokens' log-probs, never the full distribution's sum of squares; "
+    "verl computes it (algorithm.adv_estimator=rlhf_ext_optimal_token_baseline with "
+    "actor_rollout_ref.actor.calculate_sum_pi_squared=True)"
+)
+
+
+def _check_bias_corrected_kl(namespace) -> None:
+    from .kl import BIAS_CORRECTED_KL
+
+    if _ns(namespace, "algo.kl.estimator") != BIAS_CORRECTED_KL:
+        return
+    if not _ns(namespace, "algo.kl.use_loss", False):
+        raise ValueError(f"--algo.kl.estimator {BIAS_CORRECTED_KL} weights k3 by pi/pi_old, which exists only in the "
+                         "actor's KL loss: add --algo.kl.use_loss (the KL reward has no old log-probs)")
+    if _ns(namespace, "algo.kl.unbiased_gradient", False):
+        raise ValueError(f"--algo.kl.estimator {BIAS_CORRECTED_KL} already corrects the gradient; drop "
+                         "--algo.kl.unbiased_gradient (OpenRLHF's own, different correction)")
 
 # OpenRLHF's length penalties (openrlhf/trainer/ppo_utils/length_penalty.py, apply_length_penalties):
 # they rewrite ``experience.rewards`` and never ``experience.scores``.
@@ -369,6 +392,8 @@ def summary(namespace) -> str:
         + (f" (max_len={_ns(namespace, 'actor.loss_agg_max_len')})" if mode == "seq-mean-token-sum-norm" else ""),
         f"kl_clip={_ns(namespace, 'algo.kl.clip') or 'OpenRLHF default [-10, 10]'}",
     ]
+    if loss_masks.summary(namespace):
+        parts.append(loss_masks.summary(namespace))
     return "rlhf_ext: " + ", ".join(parts)
 
 

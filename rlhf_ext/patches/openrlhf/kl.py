@@ -34,6 +34,9 @@ KL_CLIP_FRAC_KEY = "kl_clip_frac"
 LOG_RATIO_CLIP = 20.0
 _NON_NEGATIVE = ("k2", "k3")  # OpenRLHF's estimators that are >= 0 by construction
 RLHF_EXT_KL_ESTIMATORS = ("abs",)  # added to --algo.kl.estimator by the plugin
+# KL as a loss only (--algo.kl.use_loss): k3 weighted by pi / pi_old (DeepSeek-V3.2; TRL's
+# use_bias_correction_kl), which needs the old log-probs OpenRLHF passes only in the actor's KL loss
+BIAS_CORRECTED_KL = "k3_bias_corrected"
 
 
 @dataclass
@@ -82,6 +85,8 @@ def make_compute_approx_kl(original, module=None):
     @functools.wraps(original)
     def compute_approx_kl(log_probs, log_probs_base, log_probs_old=None, kl_estimator="k1", unbiased_gradient=False):
         ctx = _context.get()
+        if kl_estimator == BIAS_CORRECTED_KL:
+            return _bias_corrected(ctx, log_probs, log_probs_base, log_probs_old)
         if kl_estimator in RLHF_EXT_KL_ESTIMATORS:
             return _rlhf_ext_estimator(original, ctx, log_probs, log_probs_base, log_probs_old, kl_estimator,
                                        unbiased_gradient)
@@ -129,6 +134,27 @@ def _rlhf_ext_estimator(original, ctx, log_probs, log_probs_base, log_probs_old,
         return value
     straight_through = original(log_probs, log_probs_base, log_probs_old, "k1", True)
     return value.detach() + (straight_through - straight_through.detach())
+
+
+def _bias_corrected(ctx, log_probs, log_probs_base, log_probs_old):
+    """``--algo.kl.estimator k3_bias_corrected``: ``(pi / pi_old) * k3``, value and gradient as TRL 1.16's
+    ``use_bias_correction_kl``; k3 is computed on the log ratio bounded to +-20 (so ``exp`` cannot
+    overflow) and clamped like OpenRLHF's estimators (its [-10, 10], or ``--algo.kl.clip``)."""
+    from rlhf_ext.algorithms import k3_bias_corrected
+
+    if log_probs_old is None:
+        raise ValueError(f"--algo.kl.estimator {BIAS_CORRECTED_KL} is for KL as a loss (--algo.kl.use_loss): "
+                         "it needs the old policy's log-probs, which the KL reward does not have")
+    clip = OPENRLHF_KL_CLIP if ctx is None or ctx.clip == KL_CLIP_OPENRLHF_DEFAULT else ctx.clip
+    lp, base = log_probs.float(), log_probs_base.float()
+    bounded_base = lp - (lp - base).clamp(-LOG_RATIO_CLIP, LOG_RATIO_CLIP)
+    raw = k3_bias_corrected(lp, bounded_base, log_probs_old.float())
+    value = raw if clip is None else raw.clamp(clip[0], clip[1])
+    if ctx is not None and ctx.record:
+        with torch.no_grad():
+            ctx.flags.append(torch.zeros_like(raw, dtype=torch.bool) if clip is None
+                             else (raw < clip[0]) | (raw > clip[1]))
+    return value
 
 
 def clipped_fraction(flags: Optional[torch.Tensor], action_mask: torch.Tensor, per_sample: bool) -> Optional[torch.Tensor]:

@@ -6,13 +6,17 @@ two losses. The patch replaces the name ``PolicyLoss`` in that module with a sub
 ``ActorPPOTrainer.__init__`` (wrapped) configures from ``args``:
 
 * OpenRLHF's losses (``ppo``, ``gspo``) with OpenRLHF's modes run OpenRLHF's ``forward`` untouched;
-* OpenRLHF's losses with ``seq-mean-token-sum`` / ``seq-mean-token-sum-norm`` still compute the
-  per-token loss in OpenRLHF's ``forward`` (dual clip, IS correction included) and only change
-  the denominator: both modes are ``sum(mask * L)`` over a constant -- the global number of
-  sequences, or ``max_len`` times it (Dr.GRPO, arXiv 2503.20783) -- which OpenRLHF's token-mean
-  branch ``sum(mask * L) / batch_num_tokens * dp_size`` computes when handed that constant;
+* OpenRLHF's losses with ``seq-mean-token-sum`` / ``seq-mean-token-sum-norm`` / ``token-sum`` still
+  compute the per-token loss in OpenRLHF's ``forward`` (dual clip, IS correction included) and only
+  change the denominator: the three modes are ``sum(mask * L)`` over a constant -- the global number
+  of sequences, ``max_len`` times it (Dr.GRPO, arXiv 2503.20783), or 1 (verl's ``token-sum``) --
+  which OpenRLHF's token-mean branch ``sum(mask * L) / batch_num_tokens * dp_size`` computes when
+  handed that constant;
 * any other registered loss comes from :mod:`rlhf_ext.algorithms` and is reduced by
   :func:`rlhf_ext.algorithms.aggregate_loss` with OpenRLHF's global counts.
+
+``--rlhf_ext.top_entropy_quantile`` / ``mask_truncated_completions`` / ``off_policy_mask_threshold``
+zero the policy loss of the tokens they drop (:mod:`.loss_masks`).
 
 Metrics from the registered loss functions (``clip_frac_low``, ``clip_frac_high``, ...) are
 added to the actor's training status by the wrapped ``ActorPPOTrainer.training_step``, which
@@ -30,10 +34,11 @@ import torch
 from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, ppo_clip_fractions
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
+from . import loss_masks
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
 from .updates import record_micro_batch
 
-SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm")
+SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 
 
 # verl's key names for the same flags: given only to a loss that names them, so that a loss taking
@@ -126,6 +131,11 @@ def make_policy_loss_class(base, module=None):
                 )  # fmt: skip
             if action_mask is None:
                 action_mask = torch.ones_like(log_probs, dtype=torch.bool)
+            token_keep = loss_masks.token_keep(self, log_probs, old_log_probs, rollout_log_probs, advantages,
+                                               action_mask)
+            if token_keep is not None and self._registered_fn is None:
+                # ppo / gspo: a token's loss and gradient are 0 where its advantage is 0
+                advantages = torch.where(token_keep, advantages, advantages.new_zeros(()))
 
             if self._registered_fn is None and mode not in SUM_MODES:
                 # OpenRLHF's loss and mode: its forward as is, plus the split clip fractions
@@ -144,7 +154,8 @@ def make_policy_loss_class(base, module=None):
                 num_seqs, scale = global_batch_size, dp_size
 
             if self._registered_fn is None:
-                denom = num_seqs * (self._max_len(action_mask) if mode == "seq-mean-token-sum-norm" else 1)
+                denom = 1 if mode == "token-sum" else (
+                    num_seqs * (self._max_len(action_mask) if mode == "seq-mean-token-sum-norm" else 1))
                 out = super().forward(
                     log_probs, old_log_probs, advantages, action_mask, rollout_log_probs,
                     scale, denom, global_batch_size,
@@ -157,9 +168,13 @@ def make_policy_loss_class(base, module=None):
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
+            if bool(keep.all()):
+                keep = slice(None)  # every row has tokens (the usual case): views, not copies
             per_token, metrics = self._registered_fn(
                 log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
             )
+            if token_keep is not None:
+                per_token = torch.where(token_keep[keep], per_token, per_token.new_zeros(()))
             num_tokens = batch_num_tokens if global_batch_size is not None else None
             loss = aggregate_loss(
                 per_token,
@@ -240,7 +255,7 @@ def make_trainer_init(original, module=None):
 def make_training_step(original, module=None):
     @functools.wraps(original)
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
-        with kl_settings(self.args) as ctx:
+        with kl_settings(self.args) as ctx, loss_masks.micro_batch(self, experience):
             status = original(self, experience, kl_ctl, step, loss_batch_info)
         record_micro_batch(self, experience, step)
         metrics, weights = status["metrics"], status["weights"]

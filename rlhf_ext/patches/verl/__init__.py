@@ -16,6 +16,11 @@ where (``verl.trainer.ppo.core_algos``)     what                                
                                             verl's ``agg_loss`` (:mod:`.policy_loss`)
 ``kl_penalty_forward`` (patched, only with  ``RLHF_EXT_VERL_KL_CLIP``: KL value clamp     driver, actor workers
 ``RLHF_EXT_VERL_KL_CLIP`` set)              (:mod:`.kl`)
+``verl.utils.config.validate_config``       start-up checks of the rlhf_ext settings     driver
+(patched)                                   (:mod:`.startup`)
+``ray_trainer.compute_advantage`` (patched) ``rlhf_ext_optimal_token_baseline`` gets the  driver (advantages)
+                                            inputs verl gives its own OTB
+                                            (:mod:`.token_baseline`)
 ==========================================  ===========================================  ==================
 
 Registration happens when ``core_algos`` is imported (a post-import hook), so ``import verl`` in a
@@ -54,6 +59,8 @@ from .names import (
 logger = logging.getLogger("rlhf_ext.verl")
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
+VERL_CONFIG = "verl.utils.config"
+RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 
 # name in core_algos -> the parameter list this glue was written against (None: must exist).
 ADVANTAGE_SEAMS = {
@@ -160,6 +167,14 @@ def register_all(module=None) -> dict:
                 continue
             module.register_policy_loss(key)(make_verl_policy_loss(name, get_policy_loss(name), module.agg_loss))
             _registered["policy_losses"].append(key)
+        from .token_baseline import VERL_NAME, verl_token_baseline
+
+        current = module.ADV_ESTIMATOR_REGISTRY.get(VERL_NAME)
+        if current is None:
+            module.register_adv_est(VERL_NAME)(verl_token_baseline)
+            _registered["advantages"].append(VERL_NAME)
+        elif current is not verl_token_baseline:
+            _skip(f"advantage estimator {VERL_NAME!r} is already registered in verl by {current!r}")
         return registered()
 
 
@@ -210,6 +225,13 @@ def _on_core_algos(module) -> None:
         register_all(module)
     except Exception as exc:
         logger.error("rlhf_ext: verl plugin registered nothing: %s: %s", type(exc).__name__, exc)
+    from .startup import env_problems
+
+    problems = env_problems()
+    if problems:
+        # as with a bad KL clamp: a setting that cannot be honoured stops the process
+        logger.error("rlhf_ext: %s", "; ".join(problems))
+        raise VerlCompatibilityError("rlhf_ext: " + "; ".join(problems))
     setting = kl_clip_setting()
     if setting is not None:
         try:
@@ -230,6 +252,38 @@ def activate() -> None:
             return
         _active.append(True)
     import_hooks.when_imported(CORE_ALGOS, _on_core_algos)
+    import_hooks.when_imported(VERL_CONFIG, _on_verl_config)
+    import_hooks.when_imported(RAY_TRAINER, _on_ray_trainer)
+
+
+def _on_ray_trainer(module) -> None:
+    """Post-import hook: route ``rlhf_ext_optimal_token_baseline``'s inputs (:mod:`.token_baseline`)."""
+    from .token_baseline import SEAM_PARAMS, make_compute_advantage
+
+    problems = requirement_problems(module, [Requirement("compute_advantage", SEAM_PARAMS)])
+    if problems:
+        logger.error("rlhf_ext: rlhf_ext_optimal_token_baseline is unavailable in verl %s: %s", verl_version(),
+                     "; ".join(problems))
+        return
+    if not getattr(module.compute_advantage, "rlhf_ext_patched", False):
+        _config_original.append((module, module.compute_advantage))
+        module.compute_advantage = make_compute_advantage(module.compute_advantage)
+
+
+def _on_verl_config(module) -> None:
+    """Post-import hook: wrap ``validate_config`` with rlhf_ext's start-up checks (:mod:`.startup`)."""
+    from .startup import VALIDATE_SEAM, make_validate_config
+
+    problems = requirement_problems(module, [Requirement("validate_config", VALIDATE_SEAM)])
+    if problems:
+        logger.error("rlhf_ext: cannot add its start-up checks to verl %s: %s", verl_version(), "; ".join(problems))
+        return
+    if not getattr(module.validate_config, "rlhf_ext_patched", False):
+        _config_original.append((module, module.validate_config))
+        module.validate_config = make_validate_config(module.validate_config)
+
+
+_config_original = []
 
 
 def deactivate() -> None:
@@ -237,8 +291,13 @@ def deactivate() -> None:
     import sys
 
     import_hooks.clear(CORE_ALGOS)
+    import_hooks.clear(VERL_CONFIG)
+    import_hooks.clear(RAY_TRAINER)
     _active.clear()
     unpatch_kl()
+    for patched_module, original in _config_original:
+        setattr(patched_module, original.__name__, original)
+    _config_original.clear()
     module = sys.modules.get(CORE_ALGOS)
     with _lock:
         if module is not None:

@@ -20,7 +20,11 @@ expecting ``(scalar loss, {metric: float})``. This adapter:
    size, global token and sequence counts) and ``loss_scale_factor``, so every verl aggregation
    mode (``token-mean``, ``token-sum``, ``seq-mean-token-sum``, ``seq-mean-token-mean``,
    ``seq-mean-token-sum-norm``) means exactly what it means for verl's losses;
-4. reports the loss's metrics as ``actor/<metric>`` floats (``ppo_kl`` as verl's ``actor/ppo_kl``).
+4. reports the loss's metrics as ``actor/<metric>`` floats (``ppo_kl`` as verl's ``actor/ppo_kl``);
+5. with ``RLHF_EXT_VERL_OFF_POLICY_MASK_THRESHOLD`` (:mod:`.startup`), zeroes the per-token loss of
+   the sequences DeepSeek-V3.2's off-policy mask drops (arXiv 2512.02556): negative mean advantage
+   and mean KL from ``old_log_prob`` (the policy that sampled) above the threshold; the
+   aggregation's counts stay those of the full response mask (TRL's convention).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import inspect
 from typing import Any, Callable, Dict, Optional
 
 import torch
+
+from .startup import off_policy_threshold
 
 # verl actor setting -> the rlhf_ext loss option it sets (when the loss has that option).
 _CLIP_LOW, _CLIP_HIGH, _DUAL = "eps_low", "eps_high", "dual_clip"
@@ -82,6 +88,19 @@ def global_batch_kwargs(config: Any) -> Dict[str, Any]:
     return kwargs
 
 
+def _off_policy_masked(per_token, log_prob, old_log_prob, advantages, mask, threshold):
+    from rlhf_ext.algorithms import off_policy_sequence_mask
+
+    rows = mask.any(dim=-1)
+    m = mask.to(advantages.dtype)
+    seq_adv = (torch.where(mask, advantages, advantages.new_zeros(())) * m).sum(-1) / m.sum(-1).clamp(min=1)
+    keep = torch.ones_like(rows)
+    if bool(rows.any()):
+        keep[rows] = off_policy_sequence_mask(seq_adv[rows], log_prob[rows].detach(), old_log_prob[rows], mask[rows],
+                                              threshold)
+    return torch.where(keep[:, None], per_token, per_token.new_zeros(()))
+
+
 def make_verl_policy_loss(name: str, loss: Callable, agg_loss: Callable) -> Callable:
     """verl-convention wrapper of the rlhf_ext loss ``name``; ``agg_loss`` is verl's ``core_algos.agg_loss``."""
 
@@ -96,6 +115,10 @@ def make_verl_policy_loss(name: str, loss: Callable, agg_loss: Callable) -> Call
                              f"{options}): {exc}") from exc
         if rollout_is_weights is not None:
             per_token = per_token * rollout_is_weights
+        threshold = off_policy_threshold()
+        if threshold is not None:
+            per_token = _off_policy_masked(per_token, log_prob, old_log_prob, advantages, response_mask.bool(),
+                                           threshold)
         pg_loss = agg_loss(loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
                            **global_batch_kwargs(config))
         out = {f"actor/{key}": float(value.detach().item()) if isinstance(value, torch.Tensor) else float(value)
