@@ -28,7 +28,8 @@ command resumes into the same directory and generates only the missing samples.
 
 # Options a resumed run may take from its config.json when they are not given again.
 _RESUMABLE = ("model", "n_samples", "temperature", "top_p", "max_tokens", "template", "system_prompt", "seed",
-              "tp", "dp", "limit", "gpu_memory_utilization", "kv_cache", "enforce_eager", "max_model_len", "dtype")
+              "tp", "dp", "limit", "gpu_memory_utilization", "kv_cache", "enforce_eager", "max_model_len", "dtype",
+              "shuffle_options")
 _DEFAULTS = {"n_samples": 64, "temperature": 0.6, "top_p": 0.95, "max_tokens": 32768, "template": "r1",
              "seed": 0, "tp": 1, "dp": 1, "dtype": "auto"}
 
@@ -96,7 +97,7 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
     """
     from .runner import RunOptions
 
-    values = {k: getattr(args, k) for k in _RESUMABLE}
+    values = {k: getattr(args, k, None) for k in _RESUMABLE}
     require_anchor = args.require_anchor
     data = list(args.data)
     if args.resume:
@@ -113,7 +114,7 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
                                   f"with 'evalkit {cfg.get('suite')} --resume --output {args.output}'")
             if suite is None:
                 suite = stored_custom["name"]
-            for key in ("problem_key", "answer_key", "id_key"):
+            for key in ("problem_key", "answer_key", "id_key", "answer_type"):
                 if custom.get(key) is None:
                     custom[key] = stored_custom.get(key)
             custom["name"] = suite
@@ -140,6 +141,7 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
         if len(data) != 1 or Path(data[0]).is_dir():
             raise ValueError("evalkit run needs exactly one --data FILE.jsonl")
         custom["name"] = suite
+        custom["answer_type"] = custom.get("answer_type") or "math"
     for key, default in _DEFAULTS.items():
         if values[key] is None:
             values[key] = default
@@ -173,6 +175,14 @@ def _custom_parser() -> argparse.ArgumentParser:
     g.add_argument("--answer-key", help="field holding the gold answer (default: answer or Answer)")
     g.add_argument("--id-key", help="field holding a unique problem id (default: id, unique_id, idx or ID; "
                                     "else the line number)")
+    g.add_argument("--answer-type", choices=("math", "choice", "ranking"),
+                   help="math (default): a math answer graded by math-verify; choice: rows hold 'options' (a list, "
+                        "lettered A, B, ..., or an object label: text) and 'answer' (a label); ranking: 'answer' is "
+                        "every label in order, best first. Rows may share a 'pair_id' with their flipped twin "
+                        "(docs/evalkit.md)")
+    g.add_argument("--shuffle-options", type=int, metavar="SEED",
+                   help="choice/ranking: show each sample's options in its own order, re-lettered (the answer "
+                        "mapped; each record keeps the map), so position bias shows")
     return p
 
 
@@ -181,7 +191,7 @@ def cmd_run(suite: Optional[str], argv: Sequence[str]) -> int:
     if suite is None:
         args = _custom_parser().parse_args(argv)
         custom = {"name": args.name, "problem_key": args.problem_key, "answer_key": args.answer_key,
-                  "id_key": args.id_key}
+                  "id_key": args.id_key, "answer_type": args.answer_type}
         suite = args.name
     else:
         args = _run_parser(suite, f"Evaluate a model on {suite} with vLLM: sample, grade, summarize.").parse_args(argv)
