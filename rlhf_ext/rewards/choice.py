@@ -389,6 +389,14 @@ def _phrase_content(text: str, ranking: bool) -> Optional[str]:
     return content[:MAX_ANSWER_CHARS] or None
 
 
+def _boxes_content(boxes: List[str], ranking: bool) -> str:
+    """The final boxes as one answer: picks side by side (``\\boxed{A} \\boxed{C}``: two picks, or a
+    ranking one box per place); several boxed rankings are alternatives (``C > A > B`` or ``A > C > B``)."""
+    if ranking and len(boxes) > 1 and any(_RANK_SEP.search(b.strip()) for b in boxes):
+        return " or ".join(b.strip() for b in boxes)
+    return _join_boxes(boxes)
+
+
 def _candidates(text: str, ranking: bool, require_anchor: bool) -> List[Tuple[str, str]]:
     """(content, source) of the final answer by the precedence of the module docstring; the first
     that states anything is used (an empty tag falls through, as for math)."""
@@ -397,13 +405,13 @@ def _candidates(text: str, ranking: bool, require_anchor: bool) -> List[Tuple[st
     if tag is not None:
         boxes = find_final_boxes(tag)
         if boxes:
-            out.append((_join_boxes(boxes), "boxed"))
+            out.append((_boxes_content(boxes, ranking), "boxed"))
         else:
             phrase = _phrase_content(tag, ranking)
             out.append((phrase if phrase else tag.strip(), "answer_tag"))
     boxes = find_final_boxes(text)
     if boxes:
-        out.append((_join_boxes(boxes), "boxed"))
+        out.append((_boxes_content(boxes, ranking), "boxed"))
     phrase = _phrase_content(text, ranking)
     if phrase:
         out.append((phrase, "phrase"))
@@ -425,7 +433,7 @@ def extract_choice(text: str, options: Options, require_anchor: bool = True) -> 
         if not content.strip():
             continue
         parsed = parse_choice_text(content, options, whole=source in ("bare", "last_line"))
-        if source in ("bare", "last_line") and parsed.status != "ok":
+        if source in ("bare", "last_line") and parsed.status == "unparseable":
             continue  # prose that is not an answer: no anchor, nothing stated
         return ChoiceParse(parsed.status, parsed.label, source, parsed.detail)
     return ChoiceParse("unparseable", None, None, "no final answer found")
