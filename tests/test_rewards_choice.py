@@ -200,3 +200,17 @@ def test_shuffled_gold_maps_answers_back():
     g = grade_structured("\\boxed{A > C > B}", shown)  # config three > config two > config one
     assert (g.correct, g.top1, g.extracted) == (False, True, "A>C>B")
     assert map_grade_labels(g, mapping).extracted == "C>B>A"
+
+
+@pytest.mark.parametrize("text", [
+    "<answer>" + " " * 200_000 + "</answer>",
+    "Answer: " + "A > " * 50_000,
+    "\\boxed{" + "(" * 100_000 + "}",
+    " " * 100_000 + "or" + " " * 100_000,
+    "1. " * 100_000,
+    "<answer>" * 50_000 + "B",
+])
+def test_hostile_text_is_read_without_error(text):
+    for parse in (lambda: extract_choice(text, FOUR), lambda: extract_ranking(text, THREE),
+                  lambda: extract_choice(text, FOUR, require_anchor=False)):
+        assert parse().status in ("ok", "unparseable", "ambiguous", "invalid")

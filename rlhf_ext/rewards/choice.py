@@ -408,7 +408,10 @@ def _candidates(text: str, ranking: bool, require_anchor: bool) -> List[Tuple[st
             out.append((_boxes_content(boxes, ranking), "boxed"))
         else:
             phrase = _phrase_content(tag, ranking)
-            out.append((phrase if phrase else tag.strip(), "answer_tag"))
+            if phrase:
+                out.append((phrase, "answer_tag"))
+            elif len(tag) <= MAX_ANSWER_CHARS:  # a longer block is no final answer (and stays cheap to read)
+                out.append((tag.strip(), "answer_tag"))
     boxes = find_final_boxes(text)
     if boxes:
         out.append((_boxes_content(boxes, ranking), "boxed"))
