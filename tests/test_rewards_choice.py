@@ -214,3 +214,16 @@ def test_hostile_text_is_read_without_error(text):
     for parse in (lambda: extract_choice(text, FOUR), lambda: extract_ranking(text, THREE),
                   lambda: extract_choice(text, FOUR, require_anchor=False)):
         assert parse().status in ("ok", "unparseable", "ambiguous", "invalid")
+
+
+def test_mindspeed_rl_verifier_entries_take_the_new_rewards():
+    """MindSpeed-RL's ``rlhf_ext:SPEC`` verifier entries: validated at start-up, scored with a JSON label."""
+    from rlhf_ext.patches.mindspeed_rl.config import check_verifiers
+    from rlhf_ext.patches.mindspeed_rl.rewards import rlhf_ext_scores
+
+    assert check_verifiers(["rlhf_ext:choice_accuracy:1.0,parse_failure:-0.5", "rlhf_ext:ranking"], None) == \
+        ["choice_accuracy:1.0,parse_failure:-0.5", "ranking"]
+    scores, metrics = rlhf_ext_scores("ranking", ["\\boxed{C > B > A}", "\\boxed{C}"],
+                                      [json.dumps(RANK_GOLD)] * 2, None)
+    assert scores == pytest.approx([1 / 3 + 0.5, -0.5])
+    assert metrics["reward/parse_failure"] == [0.0, 1.0]
