@@ -10,12 +10,12 @@ decoding, so a run costs its generation time plus the grading of the last few sa
 from __future__ import annotations
 
 import functools
-from concurrent.futures import Future
 import hashlib
 import json
 import os
 import sys
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
