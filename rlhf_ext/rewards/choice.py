@@ -328,10 +328,11 @@ def parse_ranking_text(content: str, options: Options) -> "RankingParse":
         if r.status != "ok":
             return RankingParse("unparseable" if r.status == "unparseable" else "invalid", None, None, r.detail)
         if r.rest.strip(_TRAIL):
-            r2 = _read_label(r.rest, options)
-            if r2.status == "ok":  # "C A B": labels side by side without separators
-                return parse_ranking_text(" > ".join(piece.split()), options) if len(piece.split()) > 1 else \
-                    RankingParse("unparseable", None, None, f"{piece!r}")
+            words = piece.split()
+            if len(pieces) == 1 and len(words) > 1 and all(_read_label(w, options, whole=True).status == "ok"
+                                                           for w in words):
+                return parse_ranking_text(" > ".join(words), options)  # "C A B": labels side by side
+            return RankingParse("unparseable", None, None, f"{piece[:40]!r} is not one option")
         order.append(r.label)
     repeated = sorted({lab for lab in order if order.count(lab) > 1})
     if repeated:
