@@ -18,7 +18,7 @@ from typing import Callable, List, Optional, Sequence
 
 from .choice import ChoiceGrade, grade_any_structured
 from .registry import register_reward
-from .rule_rewards import _check_lengths, _finite, completion_texts
+from .rule_rewards import _finite, _supplied_grades, completion_texts
 
 
 def grade_mixed(texts: Sequence[str], golds: Sequence, math_grader: Optional[Callable[[], object]] = None,
@@ -49,12 +49,9 @@ def grade_mixed(texts: Sequence[str], golds: Sequence, math_grader: Optional[Cal
 
 
 def _grades(name: str, texts: List[str], solution, grades, grader) -> list:
-    if grades is not None:
-        _check_lengths(name, texts, grades, "grades")
-        return list(grades)
-    if solution is None:
-        raise ValueError(f"{name} needs the gold answers: pass solution=[...] (or grades=[...])")
-    _check_lengths(name, texts, solution, "solutions")
+    supplied = _supplied_grades(name, texts, solution, grades)
+    if supplied is not None:
+        return supplied
     return grade_mixed(texts, list(solution), None if grader is None else (lambda: grader))
 
 
