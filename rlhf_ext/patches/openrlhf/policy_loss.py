@@ -27,11 +27,12 @@ from typing import Dict, Optional
 
 import torch
 
-from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, ppo_clip_fractions
+from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, openrlhf_correction, ppo_clip_fractions
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
 from .updates import record_micro_batch
+from .rollout_correction import configure as configure_rollout_correction, corrected_loss
 
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -74,6 +75,7 @@ def make_policy_loss_class(base, module=None):
             self.last_metrics: Dict[str, torch.Tensor] = {}
             self.side_metrics = True  # --rlhf_ext.step_metrics: the split clip fractions of OpenRLHF's losses
             self._registered_fn = None
+            self.rollout_correction = None  # (RolloutCorrection, bypass) for registered losses
 
         def configure(self, mode: str, *, max_len: Optional[int] = None, options: Optional[Dict] = None,
                       side_metrics: bool = True):
@@ -98,11 +100,10 @@ def make_policy_loss_class(base, module=None):
                 self._registered_fn = None
                 return self
             self._registered_fn = get_policy_loss(self.policy_loss_type)
-            if self.is_correction_level != "off":
-                raise ValueError(
-                    f"policy loss {self.policy_loss_type!r}: --algo.advantage.is_correction_level is implemented "
-                    "only for OpenRLHF's own 'ppo' loss"
-                )
+            if self.is_correction_level != "off":  # OpenRLHF's flags, same meaning (.rollout_correction)
+                self.rollout_correction = (openrlhf_correction(
+                    self.is_correction_level, self.is_correction_mode, self.is_correction_gating,
+                    self.is_correction_threshold), False)
             candidates = loss_candidates(self.clip_eps_low, self.clip_eps_high, self.dual_clip)
             self._call_kwargs = {**_accepted_kwargs(self._registered_fn, candidates), **self.loss_options}
             return self
@@ -157,9 +158,17 @@ def make_policy_loss_class(base, module=None):
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
-            per_token, metrics = self._registered_fn(
-                log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
-            )
+            vllm_kl = filter_ratio = None
+            if self.rollout_correction is not None:
+                per_token, metrics, vllm_kl, filter_ratio = corrected_loss(
+                    self._registered_fn, self._call_kwargs, self.rollout_correction, log_probs[keep],
+                    old_log_probs[keep], advantages[keep], action_mask[keep],
+                    None if rollout_log_probs is None else rollout_log_probs[keep],
+                )  # fmt: skip
+            else:
+                per_token, metrics = self._registered_fn(
+                    log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
+                )
             num_tokens = batch_num_tokens if global_batch_size is not None else None
             loss = aggregate_loss(
                 per_token,
@@ -176,7 +185,7 @@ def make_policy_loss_class(base, module=None):
             )
             m = action_mask.to(log_probs.dtype)
             ppo_kl = metrics.get("ppo_kl", ((old_log_probs - log_probs) * m).sum().detach() / m.sum())
-            return loss, clip_ratio.detach(), ppo_kl.detach(), None, None
+            return loss, clip_ratio.detach(), ppo_kl.detach(), vllm_kl, filter_ratio
 
         def _max_len(self, action_mask) -> float:
             return float(self.loss_agg_max_len if self.loss_agg_max_len is not None else action_mask.shape[-1])
@@ -226,6 +235,7 @@ def configure_from_args(loss_fn, args) -> None:
     max_len, _ = loss_agg_max_len(args)
     loss_fn.configure(loss_agg_mode(args), max_len=max_len, options=policy_loss_options(args),
                       side_metrics=step_metrics(args))
+    configure_rollout_correction(loss_fn, args)
 
 
 def make_trainer_init(original, module=None):
