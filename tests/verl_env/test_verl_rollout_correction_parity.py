@@ -108,3 +108,75 @@ def test_identical_log_probs_match_verl_and_are_exactly_one():
     res = rollout_correction(old, old.clone(), mask, RolloutCorrection(is_level="sequence",
                                                                         rejection={"seq_mean_k3": 0.01}))
     assert torch.equal(res.weights, mask) and torch.equal(w_verl, mask) and torch.equal(res.mask, mask_verl.bool())
+
+
+# --- the verl glue: rlhf_ext's modes under verl's keys, rlhf_ext's losses honour weights and masks -------
+
+
+def _data(seed):
+    from verl import DataProto
+
+    old, rollout, mask = _batch(seed)
+    return DataProto.from_dict(tensors={"old_log_probs": old, "rollout_log_probs": rollout,
+                                        "response_mask": mask.clone()}), old, rollout, mask
+
+
+def test_verl_values_pass_through_and_rlhf_ext_values_are_computed_by_rlhf_ext():
+    import verl  # noqa: F401  (loads the rlhf_ext plugin)
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.trainer.ppo import rollout_corr_helper as helper
+
+    seam = helper.compute_rollout_correction_and_add_to_batch
+    assert getattr(seam, "rlhf_ext_patched", False), "the plugin did not patch verl's rollout_corr_helper"
+    own = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold=2.0, rollout_rs="seq_mean_k3",
+                                  rollout_rs_threshold=0.02)
+    a, m_a = seam(_data(0)[0], own)
+    b, m_b = seam.__wrapped__(_data(0)[0], own)
+    assert torch.equal(a.batch["rollout_is_weights"], b.batch["rollout_is_weights"]) and m_a == m_b
+
+    cfg = RolloutCorrectionConfig(rollout_is="geometric", rollout_is_threshold=2.0,
+                                  rollout_rs="seq_max_abs_log_ratio,seq_mean_k3", rollout_rs_threshold="0.8,0.02")
+    data, old, rollout, mask = _data(1)
+    out, metrics = seam(data, cfg)
+    expected = rollout_correction(old, rollout, mask, RolloutCorrection(
+        is_level="geometric", is_threshold=2.0, rejection={"seq_max_abs_log_ratio": 0.8, "seq_mean_k3": 0.02}))
+    assert torch.equal(out.batch["rollout_is_weights"], expected.weights)
+    assert torch.equal(out.batch["response_mask"], expected.mask.to(mask.dtype))
+    assert 0 < metrics["rollout_corr/rollout_rs_masked_fraction"] < 1
+    assert "rollout_corr/rollout_is_eff_sample_size" in metrics and "rollout_corr/k3_kl" in metrics
+
+
+@pytest.mark.parametrize("name", ["cispo", "ppo", "gspo"])
+def test_rlhf_ext_losses_in_verl_honour_weights_and_rejection_mask(name):
+    import verl  # noqa: F401
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo import rollout_corr_helper as helper
+    from verl.workers.config.actor import ActorConfig, PolicyLossConfig
+
+    from rlhf_ext.algorithms import apply_rollout_correction, get_policy_loss
+    from rlhf_ext.patches.verl.policy_loss import loss_options
+
+    data, old, rollout, mask = _data(2)
+    cfg = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold=2.0, rollout_rs="seq_mean_k3",
+                                  rollout_rs_threshold=0.02)
+    data, _ = helper.compute_rollout_correction_and_add_to_batch(data, cfg)
+    weights, new_mask = data.batch["rollout_is_weights"], data.batch["response_mask"]
+    assert 0 < float(new_mask.sum()) < float(mask.sum())
+    g = torch.Generator().manual_seed(7)
+    logp = (old + 0.05 * torch.randn(old.shape, generator=g, dtype=torch.float64)).requires_grad_(True)
+    adv = torch.randn(B, 1, generator=g, dtype=torch.float64).expand(B, T).clone()
+    actor = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, use_torch_compile=False,
+                        clip_ratio=0.2, policy_loss=PolicyLossConfig(loss_mode=f"rlhf_ext_{name}"))
+    loss, _ = core_algos.get_policy_loss_fn(f"rlhf_ext_{name}")(old, logp, adv, new_mask, "token-mean", actor,
+                                                                rollout_is_weights=weights)
+    fn = get_policy_loss(name)
+    rows = new_mask.bool().any(-1)  # whole sequences rejected: rlhf_ext's loss sees the other rows
+    assert not bool(rows.all())
+    part, _ = fn(logp[rows], old[rows], adv[rows], new_mask.bool()[rows], **loss_options(actor, fn))
+    per_token = torch.zeros_like(old).index_put((rows.nonzero(as_tuple=True)[0],), part)
+    res = rollout_correction(old, rollout, mask, RolloutCorrection(is_level="token", is_threshold=2.0,
+                                                                    rejection={"seq_mean_k3": 0.02}))
+    # token-mean over the tokens the rejection kept (rlhf_ext's aggregate_loss refuses emptied rows)
+    expected = apply_rollout_correction(per_token, res).sum() / res.mask.sum()
+    torch.testing.assert_close(loss, expected)

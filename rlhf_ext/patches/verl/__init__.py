@@ -16,6 +16,9 @@ where (``verl.trainer.ppo.core_algos``)     what                                
                                             verl's ``agg_loss`` (:mod:`.policy_loss`)
 ``kl_penalty_forward`` (patched, only with  ``RLHF_EXT_VERL_KL_CLIP``: KL value clamp     driver, actor workers
 ``RLHF_EXT_VERL_KL_CLIP`` set)              (:mod:`.kl`)
+``rollout_corr_helper.compute_rollout_``    rlhf_ext's rollout-correction modes under     driver
+``correction_and_add_to_batch`` (patched;   verl's ``algorithm.rollout_correction`` keys
+verl's own values pass through untouched)   (:mod:`.rollout_correction`)
 ==========================================  ===========================================  ==================
 
 Registration happens when ``core_algos`` is imported (a post-import hook), so ``import verl`` in a
@@ -54,6 +57,7 @@ from .names import (
 logger = logging.getLogger("rlhf_ext.verl")
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
+ROLLOUT_CORR_HELPER = "verl.trainer.ppo.rollout_corr_helper"
 
 # name in core_algos -> the parameter list this glue was written against (None: must exist).
 ADVANTAGE_SEAMS = {
@@ -230,6 +234,17 @@ def activate() -> None:
             return
         _active.append(True)
     import_hooks.when_imported(CORE_ALGOS, _on_core_algos)
+    import_hooks.when_imported(ROLLOUT_CORR_HELPER, _on_rollout_corr_helper)
+
+
+def _on_rollout_corr_helper(module) -> None:
+    """Post-import hook: rlhf_ext's rollout-correction modes under verl's keys (:mod:`.rollout_correction`)."""
+    from .rollout_correction import patch
+
+    try:
+        patch(module)
+    except Exception as exc:
+        logger.error("rlhf_ext: %s", exc)
 
 
 def deactivate() -> None:
@@ -237,7 +252,13 @@ def deactivate() -> None:
     import sys
 
     import_hooks.clear(CORE_ALGOS)
+    import_hooks.clear(ROLLOUT_CORR_HELPER)
     _active.clear()
+    helper = sys.modules.get(ROLLOUT_CORR_HELPER)
+    if helper is not None:
+        from .rollout_correction import unpatch
+
+        unpatch(helper)
     unpatch_kl()
     module = sys.modules.get(CORE_ALGOS)
     with _lock:
