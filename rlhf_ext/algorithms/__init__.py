@@ -47,6 +47,7 @@ from .rollout_correction import (
     openrlhf_correction,
     rollout_correction,
 )
+from .sampling_support import kept_log_mass, truncated_log_probs
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -120,4 +121,6 @@ __all__ = [
     "apply_rollout_correction",
     "openrlhf_correction",
     "rollout_correction",
+    "kept_log_mass",
+    "truncated_log_probs",
 ]
