@@ -34,6 +34,9 @@ from typing import Dict, Optional, Tuple
 from .config import setting
 
 METRIC_PREFIX = "rollout_corr/"
+# test hook (tests/test_e2e_cpu_train.py): "SIGMA@BATCH" adds N(0, SIGMA^2) to vLLM's log-probs of the
+# response tokens from rollout batch BATCH on, to inject a known rollout/training mismatch
+TEST_NOISE_ENV = "RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE"
 
 
 def add_arguments(group) -> None:
@@ -189,3 +192,29 @@ def corrected_loss(fn, kwargs, correction, log_probs, old_log_probs, advantages,
     vllm_kl = m["k1_kl"].to(log_probs.dtype)
     filt = (filt if filt is not None else vllm_kl * 0).to(log_probs.dtype)
     return per_token, metrics, vllm_kl, filt
+
+
+def inject_test_mismatch(experiences, batch: int, environ=None) -> bool:
+    """The test hook of :data:`TEST_NOISE_ENV` (a no-op without it); returns whether it perturbed."""
+    import os
+
+    import torch
+
+    spec = (os.environ if environ is None else environ).get(TEST_NOISE_ENV)
+    if not spec:
+        return False
+    try:
+        sigma, start = spec.split("@")
+        sigma, start = float(sigma), int(start)
+    except ValueError:
+        raise ValueError(f"{TEST_NOISE_ENV}={spec!r}: expected SIGMA@BATCH, e.g. 1.0@2") from None
+    if batch < start:
+        return False
+    g = torch.Generator().manual_seed(1000 + batch)
+    for exp in experiences:
+        if exp.rollout_log_probs is None:
+            continue
+        lp = exp.rollout_log_probs
+        noise = torch.randn(lp.shape, generator=g).to(device=lp.device, dtype=lp.dtype) * sigma
+        exp.rollout_log_probs = torch.where(exp.action_mask.bool(), (lp + noise).clamp(max=0.0), lp)
+    return True
