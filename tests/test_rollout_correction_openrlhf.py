@@ -130,7 +130,8 @@ def test_flags_parse_and_request_vllm_log_probs(parse):
     (["--rlhf_ext.rollout_correction_bypass"], "need --rlhf_ext.rollout_is"),
     (["--rlhf_ext.rollout_is", "token", "--algo.advantage.is_correction_level", "token"], "choose one"),
     (["--rlhf_ext.rollout_is", "token", "--rollout.top_p", "0.9"], "top-p-truncated"),
-    (["--algo.advantage.is_correction_level", "token", "--rollout.top_p", "0.9"], "top-p-truncated"),
+    (["--algo.advantage.is_correction_level", "token", "--actor.policy_loss_type", "cispo", "--rollout.top_p", "0.9"],
+     "top-p-truncated"),
     (["--rlhf_ext.rollout_is", "token", "--rlhf_ext.rollout_is_threshold", "2_1"], "lower 2.0 > upper 1.0"),
 ])  # fmt: skip
 def test_bad_flags_are_argparse_errors(parse, capfd, argv, message):
@@ -138,3 +139,9 @@ def test_bad_flags_are_argparse_errors(parse, capfd, argv, message):
         parse(*argv)
     assert exc.value.code == 2
     assert message in capfd.readouterr().err
+
+
+def test_openrlhf_own_correction_with_top_p_is_only_warned(parse, capfd):
+    args = parse("--algo.advantage.is_correction_level", "token", "--rollout.top_p", "0.9")
+    assert args.rollout.top_p == 0.9
+    assert "rlhf_ext: warning: rollout correction with --rollout.top_p 0.9" in capfd.readouterr().err

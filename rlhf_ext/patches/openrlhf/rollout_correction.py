@@ -24,14 +24,16 @@ join the actor's status, hence the console, wandb / TensorBoard and the run reco
 Top-p: vLLM's ``processed_logprobs`` are those of the truncated, renormalised distribution,
 while the trainer's are over the full vocabulary, so every ratio carries the kept mass ``S <= 1``
 (``log pi_old - log pi_rollout = log S`` on every token, huggingface/trl#6789). A correction would
-then mostly correct the truncation, not the numerics; the flags refuse ``--rollout.top_p < 1``.
+then mostly correct the truncation, not the numerics: a correction applied by rlhf_ext refuses
+``--rollout.top_p < 1``; OpenRLHF's own flags with its own losses get a warning (its behaviour).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Dict, Optional, Tuple
 
-from .config import setting
+from .config import OPENRLHF_POLICY_LOSSES, setting
 
 METRIC_PREFIX = "rollout_corr/"
 # test hook (tests/test_e2e_cpu_train.py): "SIGMA@BATCH" adds N(0, SIGMA^2) to vLLM's log-probs of the
@@ -129,12 +131,15 @@ def finalize(namespace) -> Dict[str, str]:
         raise ValueError("--algo.advantage.is_correction_* and --rlhf_ext.rollout_is/_rs both ask for a rollout "
                          "correction; choose one (docs/rollout_correction.md)")
     top_p = float(get("rollout.top_p", 1.0))
-    if (config is not None or openrlhf_on) and top_p < 1.0:
-        raise ValueError(
-            f"rollout correction with --rollout.top_p {top_p}: vLLM's log-probs are those of the top-p-truncated "
-            "distribution, so every importance ratio carries the kept probability mass (log pi_train - log "
-            "pi_rollout = log S < 0 on every token) and the correction would mostly undo the truncation, not the "
-            "numerical mismatch. Sample with --rollout.top_p 1.0 (docs/rollout_correction.md, 'Top-p / top-k')")
+    reason = (f"rollout correction with --rollout.top_p {top_p}: vLLM's log-probs are those of the top-p-truncated "
+              "distribution, so every importance ratio carries the kept probability mass (log pi_train - log "
+              "pi_rollout = log S < 0 on every token) and the correction would mostly undo the truncation, not the "
+              "numerical mismatch. Sample with --rollout.top_p 1.0 (docs/rollout_correction.md, 'Top-p / top-k')")
+    ours = config is not None or (openrlhf_on and get("actor.policy_loss_type", "ppo") not in OPENRLHF_POLICY_LOSSES)
+    if ours and top_p < 1.0:
+        raise ValueError(reason)
+    if openrlhf_on and top_p < 1.0:  # OpenRLHF's own loss and flags: its behaviour, not refused here
+        sys.stderr.write(f"rlhf_ext: warning: {reason}\n")
     if config is not None:
         setattr(namespace, "rlhf_ext.mismatch_metrics", True)  # its seams request vLLM's log-probs
     return {}
