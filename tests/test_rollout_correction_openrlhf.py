@@ -64,6 +64,7 @@ def test_openrlhf_flags_apply_to_registered_losses(actor_module, loss_type, leve
 
 @pytest.mark.parametrize("loss_type", ["ppo", "gspo", "cispo"])
 def test_rlhf_ext_flags_for_every_loss_and_bit_identity(actor_module, loss_type):
+    from rlhf_ext.patches.openrlhf.policy_loss import registered_call_kwargs
     from rlhf_ext.patches.openrlhf.rollout_correction import configure
 
     new, old, adv, mask, rollout = batch(2)
@@ -77,7 +78,7 @@ def test_rlhf_ext_flags_for_every_loss_and_bit_identity(actor_module, loss_type)
 
     corrected = actor_module.PolicyLoss(policy_loss_type=loss_type)
     corrected.configure("token-mean")
-    configure(corrected, args)
+    configure(corrected, args, registered_call_kwargs)
     assert corrected._registered_fn is not None
     # identical rollout and training log-probs: the loss is the uncorrected one, bit for bit
     same = corrected(new, old, adv, action_mask=mask, rollout_log_probs=old.clone())
@@ -94,12 +95,13 @@ def test_rlhf_ext_flags_for_every_loss_and_bit_identity(actor_module, loss_type)
 
 
 def test_bypass_uses_rollout_as_behaviour_policy(actor_module):
+    from rlhf_ext.patches.openrlhf.policy_loss import registered_call_kwargs
     from rlhf_ext.patches.openrlhf.rollout_correction import configure
 
     new, old, adv, mask, rollout = batch(3)
     loss_fn = actor_module.PolicyLoss(policy_loss_type="ppo")
     loss_fn.configure("token-mean")
-    configure(loss_fn, _args(rollout_is="token", rollout_correction_bypass=True))
+    configure(loss_fn, _args(rollout_is="token", rollout_correction_bypass=True), registered_call_kwargs)
     loss = loss_fn(new, old, adv, action_mask=mask, rollout_log_probs=rollout)[0]
     res = rollout_correction(new, rollout, mask, RolloutCorrection(is_level="token", is_threshold=2.0))
     per_token, _ = get_policy_loss("ppo")(new, rollout, adv, mask, eps_low=0.2, eps_high=0.2)
@@ -107,12 +109,13 @@ def test_bypass_uses_rollout_as_behaviour_policy(actor_module):
 
 
 def test_missing_rollout_log_probs_is_named(actor_module):
+    from rlhf_ext.patches.openrlhf.policy_loss import registered_call_kwargs
     from rlhf_ext.patches.openrlhf.rollout_correction import configure
 
     new, old, adv, mask, _ = batch(4)
     loss_fn = actor_module.PolicyLoss(policy_loss_type="pg")
     loss_fn.configure("token-mean")
-    configure(loss_fn, _args(rollout_is="token"))
+    configure(loss_fn, _args(rollout_is="token"), registered_call_kwargs)
     with pytest.raises(ValueError, match="needs vLLM's log-probs"):
         loss_fn(new, old, adv, action_mask=mask, rollout_log_probs=None)
 

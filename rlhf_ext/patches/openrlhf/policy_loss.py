@@ -235,7 +235,12 @@ def configure_from_args(loss_fn, args) -> None:
     max_len, _ = loss_agg_max_len(args)
     loss_fn.configure(loss_agg_mode(args), max_len=max_len, options=policy_loss_options(args),
                       side_metrics=step_metrics(args))
-    configure_rollout_correction(loss_fn, args)
+    configure_rollout_correction(loss_fn, args, registered_call_kwargs)
+
+
+def registered_call_kwargs(loss_fn, fn) -> Dict[str, object]:
+    """The options ``loss_fn``'s OpenRLHF settings (clip bounds, dual clip) give the registered loss ``fn``."""
+    return _accepted_kwargs(fn, loss_candidates(loss_fn.clip_eps_low, loss_fn.clip_eps_high, loss_fn.dual_clip))
 
 
 def make_trainer_init(original, module=None):

@@ -145,19 +145,17 @@ def finalize(namespace) -> Dict[str, str]:
     return {}
 
 
-def configure(loss_fn, args) -> None:
-    """After ``configure_from_args``: rlhf_ext's flags on ``loss_fn`` (OpenRLHF's losses run as rlhf_ext's)."""
+def configure(loss_fn, args, call_kwargs) -> None:
+    """After ``configure_from_args``: rlhf_ext's flags on ``loss_fn`` (OpenRLHF's losses run as rlhf_ext's,
+    called with ``call_kwargs(loss_fn, fn)``: the options OpenRLHF's flags give a registered loss)."""
     config, bypass = correction_from_args(args)
     if config is None:
         return
     from rlhf_ext.algorithms import get_policy_loss
 
-    from .policy_loss import _accepted_kwargs, loss_candidates
-
     if getattr(loss_fn, "_registered_fn", None) is None:
         loss_fn._registered_fn = get_policy_loss(loss_fn.policy_loss_type)
-        candidates = loss_candidates(loss_fn.clip_eps_low, loss_fn.clip_eps_high, loss_fn.dual_clip)
-        loss_fn._call_kwargs = _accepted_kwargs(loss_fn._registered_fn, candidates)
+        loss_fn._call_kwargs = call_kwargs(loss_fn, loss_fn._registered_fn)
         if loss_fn.loss_agg_mode is None:
             loss_fn.loss_agg_mode = "token-mean" if loss_fn.token_level_loss else "seq-mean-token-mean"
     loss_fn.rollout_correction = (config, bypass)
