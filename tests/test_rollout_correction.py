@@ -116,8 +116,18 @@ def test_nan_in_padding_never_reaches_weights_metrics_or_loss():
 def test_nan_on_a_response_token_is_a_named_error():
     train, rollout, mask = _batch(5)
     rollout[0, 0] = torch.nan
-    with pytest.raises(ValueError, match="1 NaN or \\+inf rollout log-probabilities"):
+    with pytest.raises(ValueError, match="rollout correction: rollout log-probabilities contains 1 NaN and 0 Inf"):
         rollout_correction(train, rollout, mask, RolloutCorrection(is_level="token"))
+    # under the non-finite guard the finding is recorded and the NaN flows on to the loss the guard inspects
+    from rlhf_ext.algorithms import deferred_finite_checks
+
+    with deferred_finite_checks() as findings:
+        res = rollout_correction(train, rollout, mask, RolloutCorrection(is_level="token"))
+    assert findings[0]["name"] == "rollout correction: rollout log-probabilities" and findings[0]["nan_count"] == 1
+    assert torch.isnan(res.weights[0, 0])
+    # -inf (probability 0) is a legitimate value, not an error
+    rollout[0, 0] = -torch.inf
+    assert float(rollout_correction(train, rollout, mask, RolloutCorrection(is_level="token")).weights[0, 0]) == 2.0
 
 
 @pytest.mark.parametrize("bad", [

@@ -67,6 +67,8 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .checks import check_finite
+
 SAFETY_BOUND = 20.0  # |log ratio| clamp before exp: verl's SAFETY_BOUND
 IS_LEVELS = ("token", "sequence", "geometric")
 VERL_REJECTION_OPTIONS = (
@@ -299,7 +301,8 @@ def rollout_correction(
     ``train_log_probs`` is ``log pi_old`` (or the current ``log pi`` in bypass mode); it is
     detached here, so the weights carry no gradient. Computed in the inputs' dtype promoted to
     at least float32. A NaN or +inf log-probability on a response token is an error that names
-    how many; padding may hold anything.
+    how many (inside :func:`rlhf_ext.algorithms.deferred_finite_checks`, i.e. under the run's
+    non-finite guard, a recorded finding instead); padding may hold anything.
     """
     train_lp = torch.as_tensor(train_log_probs).detach()
     rollout_lp = torch.as_tensor(rollout_log_probs).detach()
@@ -315,9 +318,10 @@ def rollout_correction(
     train_lp, rollout_lp = train_lp.to(dtype), rollout_lp.to(device=train_lp.device, dtype=dtype)
     mask = mask.to(train_lp.device)
     for name, lp in (("training", train_lp), ("rollout", rollout_lp)):
-        bad = mask & (torch.isnan(lp) | (lp == math.inf))
-        if bool(bad.any()):
-            raise ValueError(f"rollout correction: {int(bad.sum())} NaN or +inf {name} log-probabilities on response tokens")
+        # -inf is a legitimate log-probability (probability 0); NaN and +inf are not. Under the
+        # non-finite guard the finding is recorded and the NaN flows on for the guard to report.
+        check_finite(torch.where(lp == -math.inf, torch.zeros_like(lp), lp),
+                     f"rollout correction: {name} log-probabilities", mask)
 
     # both -inf (a token neither policy could sample) counts as agreement
     d = _zero(torch.where(train_lp == rollout_lp, torch.zeros_like(train_lp), train_lp - rollout_lp), mask)
