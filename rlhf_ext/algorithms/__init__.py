@@ -38,6 +38,16 @@ from .dapo import off_policy_sequence_mask, top_entropy_mask, truncated_completi
 from .preference import nll_loss, simpo_loss, simpo_objective
 from .mismatch import MISMATCH_METRICS, mismatch_stats
 from .checks import deferred_finite_checks
+from .rollout_correction import (
+    IS_LEVELS,
+    REJECTION_OPTIONS,
+    CorrectionResult,
+    RolloutCorrection,
+    apply_rollout_correction,
+    openrlhf_correction,
+    rollout_correction,
+)
+from .sampling_support import kept_log_mass, truncated_log_probs
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -104,4 +114,13 @@ __all__ = [
     "MISMATCH_METRICS",
     "mismatch_stats",
     "deferred_finite_checks",
+    "IS_LEVELS",
+    "REJECTION_OPTIONS",
+    "CorrectionResult",
+    "RolloutCorrection",
+    "apply_rollout_correction",
+    "openrlhf_correction",
+    "rollout_correction",
+    "kept_log_mass",
+    "truncated_log_probs",
 ]

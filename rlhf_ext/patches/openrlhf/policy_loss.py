@@ -31,12 +31,13 @@ from typing import Dict, Optional
 
 import torch
 
-from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, ppo_clip_fractions
+from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, openrlhf_correction, ppo_clip_fractions
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
 from . import loss_masks
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
 from .updates import record_micro_batch
+from .rollout_correction import configure as configure_rollout_correction, corrected_loss
 
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 
@@ -79,6 +80,7 @@ def make_policy_loss_class(base, module=None):
             self.last_metrics: Dict[str, torch.Tensor] = {}
             self.side_metrics = True  # --rlhf_ext.step_metrics: the split clip fractions of OpenRLHF's losses
             self._registered_fn = None
+            self.rollout_correction = None  # (RolloutCorrection, bypass) for registered losses
 
         def configure(self, mode: str, *, max_len: Optional[int] = None, options: Optional[Dict] = None,
                       side_metrics: bool = True):
@@ -103,11 +105,10 @@ def make_policy_loss_class(base, module=None):
                 self._registered_fn = None
                 return self
             self._registered_fn = get_policy_loss(self.policy_loss_type)
-            if self.is_correction_level != "off":
-                raise ValueError(
-                    f"policy loss {self.policy_loss_type!r}: --algo.advantage.is_correction_level is implemented "
-                    "only for OpenRLHF's own 'ppo' loss"
-                )
+            if self.is_correction_level != "off":  # OpenRLHF's flags, same meaning (.rollout_correction)
+                self.rollout_correction = (openrlhf_correction(
+                    self.is_correction_level, self.is_correction_mode, self.is_correction_gating,
+                    self.is_correction_threshold), False)
             candidates = loss_candidates(self.clip_eps_low, self.clip_eps_high, self.dual_clip)
             self._call_kwargs = {**_accepted_kwargs(self._registered_fn, candidates), **self.loss_options}
             return self
@@ -170,9 +171,17 @@ def make_policy_loss_class(base, module=None):
                 return zero, zero.detach(), zero.detach(), None, None
             if bool(keep.all()):
                 keep = slice(None)  # every row has tokens (the usual case): views, not copies
-            per_token, metrics = self._registered_fn(
-                log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
-            )
+            vllm_kl = filter_ratio = None
+            if self.rollout_correction is not None:
+                per_token, metrics, vllm_kl, filter_ratio = corrected_loss(
+                    self._registered_fn, self._call_kwargs, self.rollout_correction, log_probs[keep],
+                    old_log_probs[keep], advantages[keep], action_mask[keep],
+                    None if rollout_log_probs is None else rollout_log_probs[keep],
+                )  # fmt: skip
+            else:
+                per_token, metrics = self._registered_fn(
+                    log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
+                )
             if token_keep is not None:
                 per_token = torch.where(token_keep[keep], per_token, per_token.new_zeros(()))
             num_tokens = batch_num_tokens if global_batch_size is not None else None
@@ -191,7 +200,7 @@ def make_policy_loss_class(base, module=None):
             )
             m = action_mask.to(log_probs.dtype)
             ppo_kl = metrics.get("ppo_kl", ((old_log_probs - log_probs) * m).sum().detach() / m.sum())
-            return loss, clip_ratio.detach(), ppo_kl.detach(), None, None
+            return loss, clip_ratio.detach(), ppo_kl.detach(), vllm_kl, filter_ratio
 
         def _max_len(self, action_mask) -> float:
             return float(self.loss_agg_max_len if self.loss_agg_max_len is not None else action_mask.shape[-1])
@@ -241,6 +250,12 @@ def configure_from_args(loss_fn, args) -> None:
     max_len, _ = loss_agg_max_len(args)
     loss_fn.configure(loss_agg_mode(args), max_len=max_len, options=policy_loss_options(args),
                       side_metrics=step_metrics(args))
+    configure_rollout_correction(loss_fn, args, registered_call_kwargs)
+
+
+def registered_call_kwargs(loss_fn, fn) -> Dict[str, object]:
+    """The options ``loss_fn``'s OpenRLHF settings (clip bounds, dual clip) give the registered loss ``fn``."""
+    return _accepted_kwargs(fn, loss_candidates(loss_fn.clip_eps_low, loss_fn.clip_eps_high, loss_fn.dual_clip))
 
 
 def make_trainer_init(original, module=None):
