@@ -258,6 +258,7 @@ def activate() -> None:
     import_hooks.when_imported(CORE_ALGOS, _on_core_algos)
     import_hooks.when_imported(VERL_CONFIG, _on_verl_config)
     import_hooks.when_imported(RAY_TRAINER, _on_ray_trainer)
+    import_hooks.when_imported(ROLLOUT_CORR_HELPER, _on_rollout_corr_helper)
 
 
 def _on_ray_trainer(module) -> None:
@@ -288,7 +289,6 @@ def _on_verl_config(module) -> None:
 
 
 _config_original = []
-    import_hooks.when_imported(ROLLOUT_CORR_HELPER, _on_rollout_corr_helper)
 
 
 def _on_rollout_corr_helper(module) -> None:
