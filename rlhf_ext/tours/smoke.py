@@ -163,6 +163,10 @@ def train_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         "VLLM_LOGGING_LEVEL": "INFO",
     })  # fmt: skip
     env.pop("RAY_ADDRESS", None)  # always a private local cluster, shut down with the driver
+    # A busy 2-core machine can starve the raylet's heartbeats for a minute; Ray then declares the only
+    # node dead and kills a healthy run. With one local node a missed heartbeat is never a lost machine:
+    # allow 4x Ray's default misses (a raylet that really died still ends the run within minutes).
+    env.setdefault("RAY_health_check_failure_threshold", "20")
     return env
 
 
