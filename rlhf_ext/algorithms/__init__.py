@@ -38,6 +38,7 @@ from .dapo import off_policy_sequence_mask, top_entropy_mask, truncated_completi
 from .preference import nll_loss, simpo_loss, simpo_objective
 from .mismatch import MISMATCH_METRICS, mismatch_stats
 from .checks import deferred_finite_checks
+from .metric_requests import metric_wanted, only_metrics
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -104,4 +105,6 @@ __all__ = [
     "MISMATCH_METRICS",
     "mismatch_stats",
     "deferred_finite_checks",
+    "metric_wanted",
+    "only_metrics",
 ]

@@ -31,7 +31,7 @@ from typing import Dict, Optional
 
 import torch
 
-from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, ppo_clip_fractions
+from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, only_metrics, ppo_clip_fractions
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
 from . import loss_masks
@@ -39,6 +39,9 @@ from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
 from .updates import record_micro_batch
 
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
+# what forward returns to OpenRLHF whatever --rlhf_ext.step_metrics says: its clip_ratio (the sum of the
+# two clip fractions) and ppo_kl; with step_metrics off a registered loss computes only these
+HOST_METRICS = ("clip_frac_low", "clip_frac_high", "ppo_kl")
 
 
 # verl's key names for the same flags: given only to a loss that names them, so that a loss taking
@@ -77,13 +80,15 @@ def make_policy_loss_class(base, module=None):
             self.loss_agg_max_len: Optional[int] = None
             self.loss_options: Dict[str, object] = {}
             self.last_metrics: Dict[str, torch.Tensor] = {}
-            self.side_metrics = True  # --rlhf_ext.step_metrics: the split clip fractions of OpenRLHF's losses
+            # --rlhf_ext.step_metrics: the split clip fractions of OpenRLHF's losses, a registered loss's own metrics
+            self.side_metrics = True
             self._registered_fn = None
 
         def configure(self, mode: str, *, max_len: Optional[int] = None, options: Optional[Dict] = None,
                       side_metrics: bool = True):
             """Select the aggregation ``mode`` (one of ``LOSS_AGG_MODES``) and the loss's extra options;
-            ``side_metrics=False`` drops the split clip fractions of OpenRLHF's own losses."""
+            ``side_metrics=False`` drops the split clip fractions of OpenRLHF's own losses and a registered
+            loss's metrics beyond the ``clip_ratio`` and ``ppo_kl`` that ``forward`` returns to OpenRLHF."""
             self.side_metrics = bool(side_metrics)
             if mode not in LOSS_AGG_MODES:
                 raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
@@ -164,15 +169,17 @@ def make_policy_loss_class(base, module=None):
                                      if self.side_metrics else {})
                 return out
 
-            if not bool(keep.any()):
+            n_keep = int(keep.sum())  # one synchronisation for "any row" and "every row"
+            if n_keep == 0:
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
-            if bool(keep.all()):
+            if n_keep == keep.numel():
                 keep = slice(None)  # every row has tokens (the usual case): views, not copies
-            per_token, metrics = self._registered_fn(
-                log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
-            )
+            with only_metrics(None if self.side_metrics else HOST_METRICS):
+                per_token, metrics = self._registered_fn(
+                    log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
+                )
             if token_keep is not None:
                 per_token = torch.where(token_keep[keep], per_token, per_token.new_zeros(()))
             num_tokens = batch_num_tokens if global_batch_size is not None else None
@@ -184,13 +191,15 @@ def make_policy_loss_class(base, module=None):
                 num_seqs=num_seqs,
                 max_len=self._max_len(action_mask),
             ) * scale
-            self.last_metrics = {k: v.detach() for k, v in metrics.items()}
+            self.last_metrics = {k: v.detach() for k, v in metrics.items()} if self.side_metrics else {}
             clip_ratio = sum(
                 (metrics[k] for k in ("clip_frac_low", "clip_frac_high") if k in metrics),
                 torch.zeros((), device=log_probs.device),
             )
-            m = action_mask.to(log_probs.dtype)
-            ppo_kl = metrics.get("ppo_kl", ((old_log_probs - log_probs) * m).sum().detach() / m.sum())
+            ppo_kl = metrics.get("ppo_kl")
+            if ppo_kl is None:  # a loss without the metric: OpenRLHF's own formula
+                m = action_mask.to(log_probs.dtype)
+                ppo_kl = ((old_log_probs - log_probs) * m).sum().detach() / m.sum()
             return loss, clip_ratio.detach(), ppo_kl.detach(), None, None
 
         def _max_len(self, action_mask) -> float:
