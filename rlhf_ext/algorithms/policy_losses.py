@@ -31,6 +31,20 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor, count: Optional[torch.Tens
     return (_masked(x, mask).sum() / (mask.sum() if count is None else count)).detach()
 
 
+def _masked_frac(flag: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Fraction of the ``mask`` tokens (``count`` of them) where the boolean ``flag`` holds: the value of
+    ``_masked_mean(flag.float(), mask, count)``, counted on the booleans (no float copy, no ``where``)."""
+    return ((flag & mask).sum() / count).detach()
+
+
+def _zero_padded_mean(x: torch.Tensor, count: torch.Tensor, *, negate: bool = False) -> torch.Tensor:
+    """Mean over the ``count`` response tokens of ``x`` (of ``-x`` with ``negate``), ``x`` being already 0 on
+    the padding: a plain sum, no ``where``. Negating the sum gives the sum of the negated values exactly
+    (rounding to nearest is symmetric in sign), without a pass to negate every token."""
+    total = x.detach().sum()
+    return ((-total if negate else total) / count).detach()
+
+
 def _check_clip(eps_low: float, eps_high: Optional[float], loss: str) -> float:
     if eps_high is None:
         eps_high = eps_low
@@ -178,9 +192,9 @@ def _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ra
     count = maskb.sum()
     metrics: Metrics = {}
     if metric_wanted("clip_frac_low"):
-        metrics["clip_frac_low"] = _masked_mean(((s_val < 1.0 - eps_low) & (advantages < 0)).float(), maskb, count)
+        metrics["clip_frac_low"] = _masked_frac((s_val < 1.0 - eps_low) & (advantages < 0), maskb, count)
     if metric_wanted("clip_frac_high"):
-        metrics["clip_frac_high"] = _masked_mean(((s_val > 1.0 + eps_high) & (advantages > 0)).float(), maskb, count)
+        metrics["clip_frac_high"] = _masked_frac((s_val > 1.0 + eps_high) & (advantages > 0), maskb, count)
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio.detach()).mean()
     if metric_wanted("ppo_kl"):

@@ -28,7 +28,7 @@ import torch
 
 from .checks import check_token_inputs
 from .metric_requests import metric_wanted
-from .policy_losses import _check_clip, _gspo, _masked, _masked_mean
+from .policy_losses import _check_clip, _gspo, _masked, _masked_frac, _masked_mean, _zero_padded_mean
 from .registry import register_policy_loss
 
 Metrics = Dict[str, torch.Tensor]
@@ -106,11 +106,11 @@ def cispo(
     metrics: Metrics = {}
     if metric_wanted("clip_frac_low"):
         low_hit = (ratio < lower) if lower is not None else torch.zeros_like(maskb)
-        metrics["clip_frac_low"] = _masked_mean(low_hit.float(), maskb, count)
+        metrics["clip_frac_low"] = _masked_frac(low_hit, maskb, count)
     if metric_wanted("clip_frac_high"):
-        metrics["clip_frac_high"] = _masked_mean((ratio > 1.0 + clip_ratio_high).float(), maskb, count)
+        metrics["clip_frac_high"] = _masked_frac(ratio > 1.0 + clip_ratio_high, maskb, count)
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _masked_mean(-log_ratio, maskb, count)
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ratio_mean"):
         metrics["ratio_mean"] = _masked_mean(ratio, maskb, count)
     return _masked(loss, maskb), metrics
@@ -154,7 +154,7 @@ def sapo(
     count = maskb.sum()
     metrics: Metrics = {}
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _masked_mean(-log_ratio, maskb, count)
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ratio_mean"):
         metrics["ratio_mean"] = _masked_mean(ratio.detach(), maskb, count)
     if metric_wanted("gate_mean"):
@@ -213,11 +213,11 @@ def gmpo(
     if metric_wanted("clip_frac_high") or metric_wanted("clip_frac_low"):
         clipped = (d != d_clamped).detach()
         if metric_wanted("clip_frac_high"):
-            metrics["clip_frac_high"] = _masked_mean((clipped & (adv > 0)).float(), maskb, count)
+            metrics["clip_frac_high"] = _masked_frac(clipped & (adv > 0), maskb, count)
         if metric_wanted("clip_frac_low"):
-            metrics["clip_frac_low"] = _masked_mean((clipped & (adv < 0)).float(), maskb, count)
+            metrics["clip_frac_low"] = _masked_frac(clipped & (adv < 0), maskb, count)
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _masked_mean(-d.detach(), maskb, count)
+        metrics["ppo_kl"] = _zero_padded_mean(d, count, negate=True)
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio.detach()).mean()
     return _masked(loss, maskb), metrics
@@ -301,12 +301,11 @@ def clip_cov(
         keep[chosen[:, 0], chosen[:, 1]] = 0.0
         metrics["cov_clip_frac"] = _masked_mean((keep == 0).float(), maskb, count)
     if metric_wanted("clip_frac_low"):
-        metrics["clip_frac_low"] = _masked_mean(((ratio_d < 1.0 - clip_ratio_low) & (adv < 0)).float(), maskb, count)
+        metrics["clip_frac_low"] = _masked_frac((ratio_d < 1.0 - clip_ratio_low) & (adv < 0), maskb, count)
     if metric_wanted("clip_frac_high"):
-        metrics["clip_frac_high"] = _masked_mean(((ratio_d > 1.0 + clip_ratio_high) & (adv > 0)).float(), maskb,
-                                                 count)
+        metrics["clip_frac_high"] = _masked_frac((ratio_d > 1.0 + clip_ratio_high) & (adv > 0), maskb, count)
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _masked_mean(-log_ratio.detach(), maskb, count)
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     return _masked(loss, maskb), metrics
 
 
@@ -358,7 +357,7 @@ def kl_cov(
         penalised[top] = True
         metrics["kl_cov_frac"] = _masked_mean(penalised.reshape(maskb.shape).float(), maskb, count)
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _masked_mean(-log_ratio.detach(), maskb, count)
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ppo_kl_abs"):
         metrics["ppo_kl_abs"] = _masked_mean(log_ratio.detach().abs(), maskb, count)
     return _masked(loss, maskb), metrics
@@ -387,16 +386,14 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
     loss = coef * _score(lp)
     count = maskb.sum()
     metrics: Metrics = {}
-    if metric_wanted("clip_frac_high") or metric_wanted("clip_frac_low"):
-        outside = (~valid).float()
-        if metric_wanted("clip_frac_high"):
-            metrics["clip_frac_high"] = _masked_mean(outside * (adv > 0), maskb, count)
-        if metric_wanted("clip_frac_low"):
-            metrics["clip_frac_low"] = _masked_mean(outside * (adv <= 0), maskb, count)
+    if metric_wanted("clip_frac_high"):
+        metrics["clip_frac_high"] = _masked_frac(~valid & (adv > 0), maskb, count)
+    if metric_wanted("clip_frac_low"):
+        metrics["clip_frac_low"] = _masked_frac(~valid & (adv <= 0), maskb, count)
     if metric_wanted("is_trunc_frac"):
         metrics["is_trunc_frac"] = _masked_mean(((ratio > clip_ratio_c) & valid).float(), maskb, count)
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _masked_mean(-log_ratio, maskb, count)
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     return _masked(loss, maskb), metrics
 
 
@@ -533,5 +530,5 @@ def vespo(
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = w.mean()
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _masked_mean(-log_ratio, maskb, count)
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     return _masked(loss, maskb), metrics

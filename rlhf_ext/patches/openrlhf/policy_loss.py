@@ -174,18 +174,17 @@ def make_policy_loss_class(base, module=None):
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
-            if n_keep == keep.numel():
-                keep = slice(None)  # every row has tokens (the usual case): views, not copies
+            rows = (log_probs, old_log_probs, advantages, action_mask, token_keep)
+            if n_keep < keep.numel():  # every row has tokens (the usual case): the tensors as they are
+                rows = tuple(None if t is None else t[keep] for t in rows)
             with only_metrics(None if self.side_metrics else HOST_METRICS):
-                per_token, metrics = self._registered_fn(
-                    log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
-                )
+                per_token, metrics = self._registered_fn(*rows[:4], **self._call_kwargs)
             if token_keep is not None:
-                per_token = torch.where(token_keep[keep], per_token, per_token.new_zeros(()))
+                per_token = torch.where(rows[4], per_token, per_token.new_zeros(()))
             num_tokens = batch_num_tokens if global_batch_size is not None else None
             loss = aggregate_loss(
                 per_token,
-                action_mask[keep],
+                rows[3],
                 mode,
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
