@@ -35,6 +35,9 @@ Metrics = Dict[str, torch.Tensor]
 
 
 def _prepare(log_probs, old_log_probs, advantages, mask):
+    """Check the inputs and zero them on the padding. A loss whose every term carries the (zeroed)
+    advantage as a factor, the others finite there, is then 0 on the padding without another
+    ``where``; its gradient there is 0 through the ``where`` on ``log_probs``."""
     maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
     zero = log_probs.new_zeros(())
     return (maskb, torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs.to(log_probs.dtype), zero),
@@ -113,7 +116,7 @@ def cispo(
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ratio_mean"):
         metrics["ratio_mean"] = _masked_mean(ratio, maskb, count)
-    return _masked(loss, maskb), metrics
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("sapo")
@@ -162,7 +165,7 @@ def sapo(
             s = torch.sigmoid(tau * (ratio - 1.0))
             slope = 4.0 * s * (1.0 - s) * ratio
         metrics["gate_mean"] = _masked_mean(slope, maskb, count)
-    return _masked(loss, maskb), metrics
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("gmpo")
@@ -204,7 +207,8 @@ def gmpo(
     d_clamped = d.clamp(-clip_ratio_low, clip_ratio_high)
     l_tok = sgn * torch.min(sgn * d, sgn * d_clamped)
     lengths = maskb.sum(dim=1, keepdim=True).to(lp.dtype)
-    seq_log_ratio = _masked(l_tok, maskb).sum(dim=1, keepdim=True) / lengths
+    # l_tok is exactly 0 on the padding (zeroed inputs: d = 0, sgn = 0), so no mask before the sum
+    seq_log_ratio = l_tok.sum(dim=1, keepdim=True) / lengths
     seq_adv = adv.sum(dim=1, keepdim=True) / lengths
     ratio_tok = torch.exp(seq_log_ratio.detach() + l_tok - l_tok.detach())
     loss = -seq_adv * ratio_tok
@@ -284,10 +288,12 @@ def clip_cov(
     loss2 = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     with torch.no_grad():
         clipped = (loss2 > loss1) & maskb
-        adv_valid = adv[maskb]
-        n_tokens = adv_valid.numel()  # the mask's count, without a second synchronisation
+        # the valid tokens in row-major order, as boolean indexing lists them, from one nonzero
+        flat_valid = torch.nonzero(maskb.reshape(-1), as_tuple=True)[0]
+        n_tokens = flat_valid.numel()
         lp_d = lp.detach()
-        cov = (adv - adv_valid.mean()) * (lp_d - lp_d[maskb].mean())
+        adv_mean = adv.reshape(-1).index_select(0, flat_valid).mean()
+        cov = (adv - adv_mean) * (lp_d - lp_d.reshape(-1).index_select(0, flat_valid).mean())
         candidates = maskb & ~clipped & (cov > clip_cov_lb) & (cov < clip_cov_ub)
         chosen = _select_random(candidates, max(int(clip_cov_ratio * n_tokens), 1), generator, seed)
     # detaching the chosen tokens multiplies them by 0, the others by 1: the same values and gradient
@@ -306,7 +312,7 @@ def clip_cov(
         metrics["clip_frac_high"] = _masked_frac((ratio_d > 1.0 + clip_ratio_high) & (adv > 0), maskb, count)
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
-    return _masked(loss, maskb), metrics
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("kl_cov")
@@ -360,7 +366,7 @@ def kl_cov(
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ppo_kl_abs"):
         metrics["ppo_kl_abs"] = _masked_mean(log_ratio.detach().abs(), maskb, count)
-    return _masked(loss, maskb), metrics
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_ratio_c, log_ratio_clip):
@@ -394,7 +400,7 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
         metrics["is_trunc_frac"] = _masked_mean(((ratio > clip_ratio_c) & valid).float(), maskb, count)
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
-    return _masked(loss, maskb), metrics
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("dppo_tv")
@@ -481,7 +487,7 @@ def luspo(
     clip_ratio_high = _check_clip(clip_ratio_low, clip_ratio_high, "gspo")  # gspo's checks and messages
     per_token, metrics = _gspo(lp, old, adv, maskb, clip_ratio_low, clip_ratio_high, log_ratio_clip)
     lengths = maskb.sum(dim=1, keepdim=True).to(per_token.dtype)
-    return _masked(per_token * lengths, maskb), metrics
+    return per_token * lengths, metrics  # gspo's loss is 0 on the padding, so is its multiple
 
 
 @register_policy_loss("vespo")
@@ -531,4 +537,4 @@ def vespo(
         metrics["seq_ratio_mean"] = w.mean()
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
-    return _masked(loss, maskb), metrics
+    return loss, metrics  # 0 on the padding already (see _prepare)
