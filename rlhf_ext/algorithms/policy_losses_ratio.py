@@ -284,8 +284,9 @@ def clip_cov(
     maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
     log_ratio = _log_ratio(lp, old, log_ratio_clip)
     ratio = torch.exp(log_ratio)
-    loss1 = -adv * ratio
-    loss2 = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    neg_adv = -adv
+    loss1 = neg_adv * ratio
+    loss2 = neg_adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     with torch.no_grad():
         clipped = (loss2 > loss1) & maskb
         # the valid tokens in row-major order, as boolean indexing lists them, from one nonzero
