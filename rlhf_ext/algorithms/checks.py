@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -103,6 +103,12 @@ def check_binary(scores: torch.Tensor, estimator: str) -> None:
 
 def check_token_inputs(mask, **tensors) -> torch.Tensor:
     """Check ``[B, T]`` tensors share ``mask``'s shape, are finite on it, and each row has a token."""
+    return check_token_inputs_finite(mask, **tensors)[0]
+
+
+def check_token_inputs_finite(mask, **tensors) -> Tuple[torch.Tensor, bool]:
+    """:func:`check_token_inputs`, also telling whether the tensors are finite everywhere, padding
+    included (then a product with the 0/1 mask zeroes the padding exactly, no ``where`` needed)."""
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"mask must be a tensor, got {type(mask).__name__}")
     if mask.dim() != 2:
@@ -129,7 +135,7 @@ def check_token_inputs(mask, **tensors) -> torch.Tensor:
             part = t.detach().sum(dtype=torch.float32) if t.element_size() < 4 else t.detach().sum()
             total = part if total is None else total + part
     if total is not None and bool(rows_ok & torch.isfinite(total)):
-        return maskb
+        return maskb, True
     empty_rows = (~maskb.any(dim=1)).nonzero().flatten()
     if empty_rows.numel():
         raise ValueError(
@@ -138,4 +144,4 @@ def check_token_inputs(mask, **tensors) -> torch.Tensor:
         )
     for name, t in tensors.items():
         check_finite(t.detach(), name, maskb)
-    return maskb
+    return maskb, False

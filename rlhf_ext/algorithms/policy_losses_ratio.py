@@ -26,7 +26,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .checks import check_token_inputs
+from .checks import check_token_inputs_finite
 from .metric_requests import metric_wanted
 from .policy_losses import _check_clip, _gspo, _masked, _masked_frac, _masked_mean, _zero_padded_mean
 from .registry import register_policy_loss
@@ -37,11 +37,20 @@ Metrics = Dict[str, torch.Tensor]
 def _prepare(log_probs, old_log_probs, advantages, mask):
     """Check the inputs and zero them on the padding. A loss whose every term carries the (zeroed)
     advantage as a factor, the others finite there, is then 0 on the padding without another
-    ``where``; its gradient there is 0 through the ``where`` on ``log_probs``."""
-    maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+    ``where``; its gradient there is 0 through the zeroing of ``log_probs``.
+
+    Inputs finite everywhere (the usual case) are multiplied by the 0/1 mask: ``x * 1 = x`` and
+    ``x * 0 = 0`` exactly, the gradient is passed or zeroed the same way, at a fraction of a ``where``'s
+    cost. A NaN/Inf anywhere (padding may hold them) takes ``torch.where``, since ``NaN * 0`` is NaN."""
+    maskb, finite = check_token_inputs_finite(mask, log_probs=log_probs, old_log_probs=old_log_probs,
+                                              advantages=advantages)
+    dtype = log_probs.dtype
+    if finite:
+        m = maskb.to(dtype)
+        return maskb, log_probs * m, old_log_probs.to(dtype) * m, advantages.to(dtype) * m
     zero = log_probs.new_zeros(())
-    return (maskb, torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs.to(log_probs.dtype), zero),
-            torch.where(maskb, advantages.to(log_probs.dtype), zero))
+    return (maskb, torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs.to(dtype), zero),
+            torch.where(maskb, advantages.to(dtype), zero))
 
 
 def _score(log_probs: torch.Tensor) -> torch.Tensor:
