@@ -176,9 +176,12 @@ def gspo(
     return _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ratio_clip)
 
 
-def _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ratio_clip):
-    """:func:`gspo` on inputs already checked (``maskb`` boolean)."""
-    token_log_ratio = _masked(log_probs - old_log_probs, maskb)
+def _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ratio_clip, zeroed=False):
+    """:func:`gspo` on inputs already checked (``maskb`` boolean). ``zeroed``: the inputs are 0 on the
+    padding, so are the token log-ratios and the loss (a product with ``A = 0``): no ``where`` needed."""
+    token_log_ratio = log_probs - old_log_probs
+    if not zeroed:
+        token_log_ratio = _masked(token_log_ratio, maskb)
     seq_log_ratio = token_log_ratio.sum(dim=1, keepdim=True) / maskb.sum(dim=1, keepdim=True)
     if log_ratio_clip is not None:
         seq_log_ratio = seq_log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
@@ -199,8 +202,8 @@ def _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ra
         metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio.detach()).mean()
     if metric_wanted("ppo_kl"):
         # the masked token log-ratio is the same number on every response token (0 on padding)
-        metrics["ppo_kl"] = (-token_log_ratio.detach()).sum().div(count).detach()
-    return _masked(loss, maskb), metrics
+        metrics["ppo_kl"] = _zero_padded_mean(token_log_ratio, count, negate=True)
+    return (loss if zeroed else _masked(loss, maskb)), metrics
 
 
 def _ratio_metrics(log_ratio: torch.Tensor, maskb: torch.Tensor) -> Metrics:

@@ -42,15 +42,20 @@ def _prepare(log_probs, old_log_probs, advantages, mask):
     Inputs finite everywhere (the usual case) are multiplied by the 0/1 mask: ``x * 1 = x`` and
     ``x * 0 = 0`` exactly, the gradient is passed or zeroed the same way, at a fraction of a ``where``'s
     cost. A NaN/Inf anywhere (padding may hold them) takes ``torch.where``, since ``NaN * 0`` is NaN."""
+    return _prepare_mask(log_probs, old_log_probs, advantages, mask)[:4]
+
+
+def _prepare_mask(log_probs, old_log_probs, advantages, mask):
+    """:func:`_prepare`, and the 0/1 float mask when the inputs were finite everywhere (else None)."""
     maskb, finite = check_token_inputs_finite(mask, log_probs=log_probs, old_log_probs=old_log_probs,
                                               advantages=advantages)
     dtype = log_probs.dtype
     if finite:
         m = maskb.to(dtype)
-        return maskb, log_probs * m, old_log_probs.to(dtype) * m, advantages.to(dtype) * m
+        return maskb, log_probs * m, old_log_probs.to(dtype) * m, advantages.to(dtype) * m, m
     zero = log_probs.new_zeros(())
     return (maskb, torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs.to(dtype), zero),
-            torch.where(maskb, advantages.to(dtype), zero))
+            torch.where(maskb, advantages.to(dtype), zero), None)
 
 
 def _score(log_probs: torch.Tensor) -> torch.Tensor:
@@ -210,7 +215,7 @@ def gmpo(
     ``ppo_kl``, ``seq_ratio_mean``.
     """
     _bounds("gmpo", clip_ratio_low, clip_ratio_high, below_one=False)
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
+    maskb, lp, old, adv, m = _prepare_mask(log_probs, old_log_probs, advantages, mask)
     d = _log_ratio(lp, old, log_ratio_clip)
     sgn = torch.sign(adv)
     d_clamped = d.clamp(-clip_ratio_low, clip_ratio_high)
@@ -233,7 +238,9 @@ def gmpo(
         metrics["ppo_kl"] = _zero_padded_mean(d, count, negate=True)
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio.detach()).mean()
-    return _masked(loss, maskb), metrics
+    # the loss is -A_i s_i on the padding too (finite: computed from zeros); inputs finite everywhere make
+    # every token finite, so the 0/1 mask zeroes it exactly; else torch.where (a NaN token's row is NaN)
+    return (loss * m if m is not None else _masked(loss, maskb)), metrics
 
 
 def _select_random(candidates: torch.Tensor, count: int, generator: Optional[torch.Generator],
@@ -495,7 +502,7 @@ def luspo(
     """
     maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
     clip_ratio_high = _check_clip(clip_ratio_low, clip_ratio_high, "gspo")  # gspo's checks and messages
-    per_token, metrics = _gspo(lp, old, adv, maskb, clip_ratio_low, clip_ratio_high, log_ratio_clip)
+    per_token, metrics = _gspo(lp, old, adv, maskb, clip_ratio_low, clip_ratio_high, log_ratio_clip, zeroed=True)
     lengths = maskb.sum(dim=1, keepdim=True).to(per_token.dtype)
     return per_token * lengths, metrics  # gspo's loss is 0 on the padding, so is its multiple
 
