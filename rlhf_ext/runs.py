@@ -25,7 +25,7 @@ SCHEMA = "rlhf_ext.run/1"
 CONFIG, METRICS, EVENTS, INCIDENT = "config.json", "metrics.jsonl", "events.jsonl", "incident.json"
 
 OPENRLHF_PREFIXES = ("train/", "rollout/", "timing/", "eval/")
-OWN_PREFIXES = ("rlhf_ext/", "rollout_mismatch/")
+OWN_PREFIXES = ("rlhf_ext/", "rollout_mismatch/", "rollout_corr/")
 KEPT_PREFIXES = OPENRLHF_PREFIXES + OWN_PREFIXES
 RESERVED_KEYS = ("step", "time", "elapsed_s", "nonfinite")
 

@@ -38,6 +38,27 @@ def e2e_grpo_run(e2e_task):
 
 
 E2E_STEPS = 2
+# the corrected run: rlhf_ext's rollout correction on, and from rollout batch 2 a known mismatch injected
+E2E_CORRECTION_FLAGS = ("--rlhf_ext.rollout_is", "token", "--rlhf_ext.rollout_is_threshold", "2.0",
+                        "--rlhf_ext.rollout_rs", "token_k1", "--rlhf_ext.rollout_rs_threshold", "0.5_2.0")
+E2E_INJECTED_NOISE = "1.0@2"
+
+
+@pytest.fixture(scope="session")
+def e2e_corrected_run(e2e_task):
+    """A second 2-step GRPO run on the tiny task with ``--rlhf_ext.rollout_is token`` and token_k1 rejection,
+    vLLM's log-probs perturbed by N(0, 1) from step 2 (``RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE``);
+    returns ``(workdir, exit code, console text)``, the checkpoint is ``workdir/corrected``."""
+    from rlhf_ext.patches.openrlhf.rollout_correction import TEST_NOISE_ENV
+    from rlhf_ext.tours.smoke import run_training, train_command
+
+    work = e2e_task
+    out = work / "corrected"
+    cmd = train_command(model=work / "task" / "model", prompts=work / "task" / "train.jsonl", output=out,
+                        estimator="grpo", steps=E2E_STEPS, prompts_per_step=4, n_samples=4, lr=5e-4)  # fmt: skip
+    rc = run_training(cmd + list(E2E_CORRECTION_FLAGS), work / "corrected.log", timeout=900, echo=False,
+                      env={TEST_NOISE_ENV: E2E_INJECTED_NOISE})
+    return work, rc, (work / "corrected.log").read_text()
 
 
 class _Parsed(Exception):

@@ -202,3 +202,65 @@ def test_data_help_has_examples(capsys):
             main(["data", cmd, "--help"])
         assert exc.value.code == 0
         assert f"rlhf-ext data {cmd} " in capsys.readouterr().out
+
+
+def _choice_sample_dir(tmp_path, shuffle=None):
+    """A sample directory of a choice task written as evalkit writes one (issue 25)."""
+    from rlhf_ext.evalkit.tasks import custom_task, load_task
+    from rlhf_ext.tours.tiny_task import make_choice_problems
+
+    source = tmp_path / "choice.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in make_choice_problems(2, seed=4)))
+    spec = {"name": "pick", "problem_key": None, "answer_key": None, "id_key": None, "answer_type": "choice"}
+    data = load_task("pick", source, task=custom_task(**spec))
+    out = tmp_path / "sampled"
+    out.mkdir()
+    generation = {"template": "chat", "system_prompt": None, "custom_task": {k: v for k, v in spec.items()}}
+    if shuffle is not None:
+        generation["shuffle_options"] = shuffle
+    config = {"suite": "pick", "tasks": ["pick"], "n_samples": 2, "custom_task": spec, "generation": generation,
+              "datasets": {"pick": {"source": str(source), "sha256": data.sha256,
+                                    "problem_ids": [p.id for p in data.problems]}}}
+    (out / "config.json").write_text(json.dumps(config))
+    recs = []
+    for k, p in enumerate(data.problems):
+        gold = json.loads(p.gold)["answer"]
+        wrong = next(lab for lab in "ABCD" if lab != gold)
+        # problem 0: right twice; 1: right once; 2, 3: wrong twice
+        answers = [gold, gold] if k == 0 else [gold, wrong] if k == 1 else [wrong, wrong]
+        for i, lab in enumerate(answers):
+            recs.append({"task": "pick", "problem_id": p.id, "sample_index": i, "prompt": "<rendered>",
+                         "response": f"Thinking {i}. \\boxed{{{lab}}}", "correct": lab == gold, "extracted": lab,
+                         "truncated": False, "response_tokens": 5 + i, "answer_type": "choice",
+                         "parse_status": "ok"})
+    (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return out, data
+
+
+def test_filter_pairs_sft_on_a_choice_task(tmp_path):
+    from rlhf_ext.data.sampled import load_sample_dir
+    from rlhf_ext.rewards import WeightedReward
+
+    out, data = _choice_sample_dir(tmp_path)
+    run = load_sample_dir(out)
+    assert [g.pass_rate for g in run.groups] == [1.0, 0.5, 0.0, 0.0]
+    rows, counts = filter_prompts(run, parse_acc_range("0<acc<1"), input_key="prompt", label_key="label")
+    assert counts["kept"] == 1 and rows[0]["prompt"] == data.problems[1].text  # the options are in the prompt
+    # the label is the structured gold: a training job's reward grades against it as it stands
+    label = rows[0]["label"]
+    right = json.loads(label)["answer"]
+    with WeightedReward("choice") as reward:
+        assert reward([f"\\boxed{{{right}}}", "\\boxed{Z}"], [label, label]).rewards == [1.0, -0.5]
+    pairs, _, _ = build_pairs(run)
+    assert pairs and all(f"\\boxed{{{json.loads(data.problems[1].gold)['answer']}}}" in p["chosen"][-1]["content"]
+                         for p in pairs if p["id"] == data.problems[1].id)
+    sft, _ = build_sft(run, parse_acc_range("acc>0"))
+    assert {r["id"] for r in sft} == {data.problems[0].id, data.problems[1].id}
+
+
+def test_data_tools_refuse_shuffled_options(tmp_path):
+    from rlhf_ext.data.sampled import load_sample_dir
+
+    out, _ = _choice_sample_dir(tmp_path, shuffle=3)
+    with pytest.raises(DataToolError, match="--shuffle-options"):
+        load_sample_dir(out)

@@ -175,3 +175,40 @@ def test_the_cpu_run_trains_in_the_dtype_the_cpu_computes_natively(trained):
     assert saved == {torch.float32 if expected == "fp32" else torch.bfloat16}
     announced = "training and rollouts run in float32 instead of bf16" in text
     assert announced == (expected == "fp32")
+def test_rollout_correction_on_trains_and_an_injected_mismatch_is_masked_not_guarded(e2e_corrected_run):
+    """Correction on (token TIS + token_k1 rejection in [0.5, 2]); vLLM's log-probs perturbed by N(0, 1) from
+    step 2 on (tests/conftest.py). Correction off is the shared run above, which trains too."""
+    import json
+
+    from rlhf_ext import runs
+    from rlhf_ext.tours.smoke import run_record_dir
+
+    work, rc, text = e2e_corrected_run
+    assert rc == 0, text[-4000:]
+    log = parse_train_log(text)
+    assert [s["global_step"] for s in log.steps] == list(range(1, STEPS + 1))
+    first, second = log.steps[0], log.steps[1]
+    for step in log.steps:
+        for key in ("is_mean", "is_max", "ess", "is_truncated_fraction", "weight_mean", "rejected_fraction",
+                    "seq_rejected_fraction", "k1_kl", "k3_kl"):
+            assert f"rollout_corr/{key}" in step, sorted(step)
+        assert "vllm_kl" in step and "is_filter_ratio" in step  # OpenRLHF's own two, filled as OpenRLHF fills them
+        assert 0 < step["rollout_corr/ess"] <= 1 + 1e-6 and step["rollout_corr/is_max"] <= 2.0 + 1e-6
+    # step 1: vLLM vs trainer numerics only, well inside [0.5, 2]; step 2: the injected N(0, 1) noise
+    assert first["rollout_corr/rejected_fraction"] < 0.05, first
+    assert second["rollout_corr/rejected_fraction"] > 0.2 > first["rollout_corr/rejected_fraction"], second
+    assert second["rollout_mismatch/k3_kl"] > 10 * first["rollout_mismatch/k3_kl"]
+    print({k: (first[k], second[k]) for k in first if k.startswith("rollout_corr/")})
+
+    # the record has the weight statistics; the non-finite guard saw nothing
+    run = run_record_dir(work / "corrected")
+    records = runs.read_metrics(run / runs.METRICS)
+    assert [r["step"] for r in records] == [1, 2]
+    for rec in records:
+        assert any(k.startswith("rollout_corr/") and k.endswith("is_mean") for k in rec), sorted(rec)
+    events = [json.loads(line) for line in (run / runs.EVENTS).read_text().splitlines() if line.strip()]
+    assert not [e for e in events if e["event"] in ("guard_incident", "nonfinite_input")], events
+    assert events[-1]["event"] == "end" and events[-1]["status"] == "finished"
+    assert not (run / "incident.json").exists()
+    deltas = weights_changed(work / "task" / "model", work / "corrected")
+    assert sum(delta > 0 for delta in deltas.values()) >= len(deltas) // 2

@@ -228,3 +228,123 @@ def test_engine_arguments_on_cpu(tiny_model, monkeypatch):
                                       max_model_len=4096, kv_cache="96MiB"))
     assert (kw["gpu_memory_utilization"], kw["enforce_eager"], kw["max_model_len"]) == (0.5, False, 4096)
     assert kw["kv_cache_memory_bytes"] == 96 << 20
+
+# --- choice and ranking tasks (issue 25) -------------------------------------------------------------
+
+# One engine for every choice/ranking run: the runs go through evalkit's own option parsing and
+# run_eval(llm=...) in one subprocess, so this adds one vLLM start to the module, not one per run.
+_CHOICE_SCRIPT = r"""
+import json, sys
+from rlhf_ext.evalkit.cli import _custom_parser, _options
+from rlhf_ext.evalkit.generation import EngineSettings, make_llm
+from rlhf_ext.evalkit.runner import run_eval
+
+model, runs = sys.argv[1], json.loads(sys.argv[2])
+llm = make_llm(EngineSettings(model=model, seed=0))
+for argv in runs:
+    args = _custom_parser().parse_args(argv)
+    custom = {"name": args.name, "problem_key": None, "answer_key": None, "id_key": None,
+              "answer_type": args.answer_type}
+    out, summary = run_eval(_options(args.name, args, custom), log=lambda m: print(m, flush=True), llm=llm)
+    print("RUN", out, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def choice_runs(tiny_model, tmp_path_factory):
+    """A generated choice set and ranking set, each in flipped pairs, evaluated by the tiny model:
+    choice with options as written and shuffled per sample, ranking shuffled, and the shuffled choice
+    run once more (resumed: nothing to generate)."""
+    from rlhf_ext.tours.tiny_task import make_choice_problems, make_ranking_problems
+
+    root = tmp_path_factory.mktemp("choice")
+    files = {}
+    for kind, rows in (("choice", make_choice_problems(3, seed=0)), ("ranking", make_ranking_problems(3, seed=0))):
+        files[kind] = root / f"{kind}.jsonl"
+        files[kind].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = ["--model", str(tiny_model), "--n-samples", "4", "--max-tokens", "16", "--no-progress"]
+    runs = {
+        "choice": [*common, "--data", files["choice"], "--name", "pick", "--answer-type", "choice"],
+        "choice_shuffled": [*common, "--data", files["choice"], "--name", "pick", "--answer-type", "choice",
+                            "--shuffle-options", "11"],
+        "ranking_shuffled": [*common, "--data", files["ranking"], "--name", "order", "--answer-type", "ranking",
+                             "--shuffle-options", "11"],
+    }
+    outs = {key: root / key for key in runs}
+    argv = [[*map(str, a), "--output", str(outs[k])] for k, a in runs.items()]
+    argv.append(argv[1])  # the shuffled choice run again: resumes, generates nothing
+    proc = subprocess.run([sys.executable, "-c", _CHOICE_SCRIPT, str(tiny_model), json.dumps(argv)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return outs, files, proc
+
+
+def test_choice_and_ranking_runs_record_regradeable_samples(choice_runs, tiny_model):
+    from transformers import AutoTokenizer
+
+    from rlhf_ext.evalkit.tasks import custom_task
+    from rlhf_ext.rewards.choice import grade_structured, parse_structured_gold, shuffled_gold
+
+    outs, files, proc = choice_runs
+    assert "all 24 samples present, nothing to generate" in proc.stdout  # the resumed shuffled run
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    for key, kind, name in (("choice", "choice", "pick"), ("choice_shuffled", "choice", "pick"),
+                            ("ranking_shuffled", "ranking", "order")):
+        out = outs[key]
+        config = json.loads((out / "config.json").read_text())
+        shuffled = key.endswith("shuffled")
+        assert config["generation"]["custom_task"]["answer_type"] == kind
+        assert config["generation"].get("shuffle_options") == (11 if shuffled else None)
+        assert config["grading"]["grader"] == "rlhf_ext.rewards.choice"
+        problems = {p.id: p for p in load_task(name, files[kind], task=custom_task(name, answer_type=kind)).problems}
+        recs = read_records(out)
+        assert set(recs) == {(name, pid, i) for pid in problems for i in range(4)}
+        orders = set()
+        for (_, pid, idx), r in recs.items():
+            p = problems[pid]
+            gold = parse_structured_gold(p.gold)
+            assert (r["answer_type"], r["pair_id"], r["gold"]) == (kind, p.pair_id, p.gold)
+            assert r["parse_status"] in ("ok", "unparseable", "ambiguous", "invalid")
+            if shuffled:
+                # the record keeps the map; the prompt shows original option map[L] under label L
+                mapping = r["option_map"]
+                assert sorted(mapping) == sorted(mapping.values()) == list(gold.options.labels)
+                perm = [gold.options.labels.index(mapping[lab]) for lab in gold.options.labels]
+                shown, back = shuffled_gold(gold, perm)
+                assert back == mapping
+                orders.add(tuple(perm))
+                for lab in gold.options.labels:
+                    assert f"{lab}. {gold.options.text_of(mapping[lab])}" in r["prompt"]
+                question = p.question + "\n\n" + "\n".join(f"{lab}. {t}" for lab, t in
+                                                            zip(shown.options.labels, shown.options.texts))
+            else:
+                assert "option_map" not in r
+                shown, mapping, question = gold, None, p.text
+            assert r["prompt"] == render_prompt(question, "r1", tokenizer).text
+            g = grade_structured(r["response"], shown, require_anchor=False)  # evalkit's default grading
+            assert (r["correct"], r["parse_status"], r["top1_correct"], r["rank_tau"]) == \
+                (g.correct, g.status, g.top1, g.tau)
+            expected = g.extracted
+            if mapping and expected is not None:
+                expected = ">".join(mapping[x] for x in expected.split(">"))
+            assert r["extracted"] == expected
+        if shuffled:
+            assert len(orders) > 1  # samples really show different orders
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary == json.loads(json.dumps(summarize(list(recs.values()), config)))
+        t = summary["tasks"][name]
+        assert t["answer_type"] == kind and t["pair_consistency"]["pairs"] == 3
+        failures = [sum(r["parse_status"] != "ok" for r in recs.values() if r["problem_id"] == pid) / 4
+                    for pid in problems]
+        assert t["parse_failure_rate"]["value"] == pytest.approx(sum(failures) / len(failures))
+        assert sum(t["parse_outcomes"].values()) == 24
+        if kind == "ranking":
+            assert {"top1@n", "rank_correlation"} <= set(t) and "both_top1@n" in t["pair_consistency"]
+        assert "pair" in (out / "summary.md").read_text()
+
+    # the shuffled and the plain choice run pair by problem, the choice metrics included
+    cmp = evalkit("compare", outs["choice"], outs["choice_shuffled"], "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    entry = json.loads(cmp.stdout)["comparisons"][0]["tasks"]["pick"]
+    assert entry["problems"] == 6 and entry["pairs"] == 3
+    assert {"avg@n", "maj@n", "parse_failure_rate", "truncation", "both@n", "both_all@n"} <= set(entry)

@@ -167,8 +167,9 @@ def test_configuration_errors_are_clear(actor_module, test_loss_registered):
         actor_module.PolicyLoss().configure("sum")
     with pytest.raises(ValueError, match="policy_loss_option"):
         actor_module.PolicyLoss(policy_loss_type="ppo").configure("token-mean", options={"x": 1})
-    with pytest.raises(ValueError, match="is_correction_level"):
-        actor_module.PolicyLoss(policy_loss_type=test_loss_registered, is_correction_level="token").configure("token-mean")
+    # OpenRLHF's is_correction_* now apply to registered losses too (rlhf_ext.algorithms.openrlhf_correction)
+    corrected = actor_module.PolicyLoss(policy_loss_type=test_loss_registered, is_correction_level="token")
+    assert corrected.configure("token-mean").rollout_correction[0].active
     with pytest.raises(KeyError, match="unknown policy loss"):
         actor_module.PolicyLoss(policy_loss_type="nope").configure("token-mean")
 

@@ -256,6 +256,19 @@ def test_panels_note_missing_metrics_and_fall_back(tmp_path):
     assert by_id["pass_rate"].keys == {0: ["train/score"], 1: ["train/score"]}
 
 
+def test_rollout_correction_panel_draws_the_weight_statistics(tmp_path):
+    text = lines(*({"step": i + 1, "rollout_corr/weight_mean": 0.98, "rollout_corr/ess": 0.97,
+                    "rollout_corr/rejected_fraction": 0.01 * i, "rollout_corr/is_truncated_fraction": 0.0}
+                   for i in range(4)))
+    corrected = write_run(tmp_path / "corrected", text, events=[{"event": "start"}])
+    plain = write_run(tmp_path / "plain", lines({"step": 1, "train/score": 0.5}), events=[{"event": "start"}])
+    by_id = {p.id: resolve(p, load_runs([corrected, plain])) for p in PANELS}
+    panel = by_id["rollout_correction"]
+    assert panel.keys == {0: ["rollout_corr/weight_mean", "rollout_corr/ess", "rollout_corr/rejected_fraction",
+                              "rollout_corr/is_truncated_fraction"]}
+    assert panel.note == "Not logged by plain."
+
+
 def test_headline_states_only_what_the_numbers_show(tmp_path):
     flat = [0.5, 0.5, 0.5, 0.5, 0.4, 0.6, 0.4, 0.6]
     better = [0.5, 0.5, 0.5, 0.5, 0.9, 0.8, 0.9, 0.8]

@@ -131,6 +131,48 @@ def test_reward_file_in_openrlhf_rollout_threads(tokenizer, reward_env):
             "reward_flag/timeout", "reward_flag/gold_unparsed"} <= set(keys[0])
 
 
+CHOICE_LABEL = {"options": ["Paris", "London", "Rome", "Berlin"], "answer": "B"}
+RANK_LABEL = {"answer_type": "ranking", "options": {"A": "one", "B": "two", "C": "three"}, "answer": ["C", "A", "B"]}
+
+
+def test_choice_and_ranking_rewards_through_the_reward_file(tokenizer, reward_env):
+    """Choice and ranking labels (as OpenRLHF passes them from the JSONL: an object, or its JSON text)
+    scored by the reward file in OpenRLHF's rollout threads, next to a math label (issue 25)."""
+    import json
+
+    from rlhf_ext.rewards.openrlhf_reward import reward_func_calls
+
+    spec = "choice_accuracy:1.0,ranking_partial:0.5,parse_failure:-0.5,format:0.1,truncation:-0.5"
+    reward_env(RLHF_EXT_REWARD=spec, RLHF_EXT_REWARD_WORKERS="1")
+    executor = _executor()
+    cases = [  # question, response, eos, label, reward, score (exact correctness)
+        ("Capital?", "London is the capital, so the answer is (B).", True, CHOICE_LABEL, 1.5, 1.0),
+        ("Capital?", "\\boxed{B}", False, json.dumps(CHOICE_LABEL), 1.0, 1.0),  # cut off: -0.5
+        ("Capital?", "Answer: A or B", True, CHOICE_LABEL, -0.5, 0.0),  # two picks: a parse failure
+        ("Capital?", "Answer: E", True, CHOICE_LABEL, -0.5, 0.0),  # not an option
+        ("Rank.", "Final ranking:\n1. C\n2. A\n3. B", True, RANK_LABEL, 1.5, 1.0),
+        ("Rank.", "\\boxed{C > B > A}", True, RANK_LABEL, 1 + 0.5 * (1 / 3 + 0.5), 0.0),  # tau 1/3, top-1 right
+        ("Rank.", "\\boxed{C > A}", True, RANK_LABEL, -0.5, 0.0),  # misses B
+        ("2+2?", "The answer is \\boxed{4}.", True, "4", 1.5, 1.0),  # a math label in the same job
+    ]
+    samples = [openrlhf_query(tokenizer, q, r, eos) + (label,) for q, r, eos, label, _, _ in cases]
+    results = _score_like_openrlhf(executor, samples * 2)
+    for (q, r, eos, label, reward, score), out in zip(cases * 2, results):
+        assert out["rewards"].tolist() == [pytest.approx(reward)], r
+        assert out["scores"].tolist() == [score], r
+        logs = {k: v.tolist() for k, v in out["extra_logs"].items()}
+        assert logs["reward_flag/error"] == [0.0] and logs["reward_flag/gold_unparsed"] == [0.0]
+        assert logs["reward_flag/truncated"] == [0.0 if eos else 1.0]
+    keys = [sorted(out["extra_logs"]) for out in results]
+    assert all(k == keys[0] for k in keys)
+    assert {"reward/choice_accuracy", "reward/ranking_partial", "reward/parse_failure"} <= set(keys[0])
+    # the plugin's batched path, with a batch-relative component (graded together, rewarded per call)
+    reward_env(RLHF_EXT_REWARD="ranking_exact:1.0,length:0.1", RLHF_EXT_REWARD_WORKERS="1")
+    outs = reward_func_calls([([q], [p], [lab]) for q, p, lab in samples[4:7]])
+    assert [o["scores"].tolist() for o in outs] == [[1.0], [0.0], [0.0]]
+    assert [o["rewards"].tolist() for o in outs] == [[1.0], [0.0], [0.0]]  # one sample per call: length is 0
+
+
 def test_openrlhf_builds_experiences_from_the_rewards(tokenizer, reward_env):
     import torch
     from openrlhf.trainer.ppo_utils.experience import Experience, make_experience_batch, split_experience_batch

@@ -39,6 +39,16 @@ from .preference import nll_loss, simpo_loss, simpo_objective
 from .mismatch import MISMATCH_METRICS, mismatch_stats
 from .checks import deferred_finite_checks
 from .metric_requests import metric_wanted, only_metrics
+from .rollout_correction import (
+    IS_LEVELS,
+    REJECTION_OPTIONS,
+    CorrectionResult,
+    RolloutCorrection,
+    apply_rollout_correction,
+    openrlhf_correction,
+    rollout_correction,
+)
+from .sampling_support import kept_log_mass, truncated_log_probs
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -107,4 +117,13 @@ __all__ = [
     "deferred_finite_checks",
     "metric_wanted",
     "only_metrics",
+    "IS_LEVELS",
+    "REJECTION_OPTIONS",
+    "CorrectionResult",
+    "RolloutCorrection",
+    "apply_rollout_correction",
+    "openrlhf_correction",
+    "rollout_correction",
+    "kept_log_mass",
+    "truncated_log_probs",
 ]

@@ -39,6 +39,9 @@ def add_data_commands(subparsers) -> None:
     p.add_argument("--name", help="task name in the records (default: the data file's stem)")
     p.add_argument("--problem-key", help="field with the prompt text (default: problem, question or Problem)")
     p.add_argument("--answer-key", help="field with the gold answer (default: answer or Answer)")
+    p.add_argument("--answer-type", choices=("math", "choice", "ranking"), default=None,
+                   help="math (default); choice / ranking: rows hold 'options' and 'answer' (a label, or the "
+                        "labels in order), as 'evalkit run --answer-type' reads them (docs/evalkit.md)")
     p.add_argument("--id-key", help="field with a unique id (default: id, unique_id, idx or ID; else the line number)")
     p.add_argument("--n-samples", type=_positive, default=8, help="samples per prompt (default 8)")
     p.add_argument("--template", default="chat", choices=("chat", "r1", "qwen25-math-cot", "none", "r1-zero"),
@@ -143,7 +146,8 @@ def _run_sample(args) -> int:
 
 def _sample(args, sample) -> None:
     sample(model=args.model, data=args.data, output=args.output, name=args.name, n_samples=args.n_samples,
-           problem_key=args.problem_key, answer_key=args.answer_key, id_key=args.id_key, template=args.template,
+           problem_key=args.problem_key, answer_key=args.answer_key, id_key=args.id_key,
+           answer_type=args.answer_type, template=args.template,
            system_prompt=args.system_prompt, temperature=args.temperature, top_p=args.top_p,
            top_k=args.top_k, min_p=args.min_p, max_tokens=args.max_tokens, seed=args.seed, tp=args.tp, dp=args.dp, limit=args.limit,
            ray_address=args.ray_address, gpu_memory_utilization=args.gpu_memory_utilization,

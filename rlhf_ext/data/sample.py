@@ -30,8 +30,9 @@ def default_task_name(data: Path) -> str:
 
 def sample(*, model: str, data: Path, output: Path, name: Optional[str] = None, n_samples: int = 8,
            problem_key: Optional[str] = None, answer_key: Optional[str] = None, id_key: Optional[str] = None,
-           template: str = "chat", system_prompt: Optional[str] = None, temperature: float = 1.0,
-           top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, max_tokens: int = 1024, seed: int = 0, tp: int = 1, dp: int = 1,
+           answer_type: Optional[str] = None, template: str = "chat", system_prompt: Optional[str] = None,
+           temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, max_tokens: int = 1024,
+           seed: int = 0, tp: int = 1, dp: int = 1,
            limit: Optional[int] = None, ray_address: Optional[str] = None,
            gpu_memory_utilization: Optional[float] = None, enforce_eager: Optional[bool] = None,
            max_model_len: Optional[int] = None, dtype: str = "auto", grader_workers: Optional[int] = None,
@@ -64,7 +65,8 @@ def sample(*, model: str, data: Path, output: Path, name: Optional[str] = None, 
         limit=limit, data=[str(data)], ray_address=ray_address, gpu_memory_utilization=gpu_memory_utilization,
         enforce_eager=enforce_eager, max_model_len=max_model_len, dtype=dtype, grader_workers=grader_workers,
         grade_timeout=grade_timeout, require_anchor=require_anchor, progress=progress,
-        custom_task={"name": name, "problem_key": problem_key, "answer_key": answer_key, "id_key": id_key},
+        custom_task={"name": name, "problem_key": problem_key, "answer_key": answer_key, "id_key": id_key,
+                     "answer_type": answer_type or "math"},
     )
     run_eval(options, log=log)
     run = load_sample_dir(output)

@@ -84,6 +84,10 @@ def load_sample_dir(path) -> SampledRun:
     if len(tasks) != 1:
         raise DataToolError(f"{path}: holds {len(tasks)} tasks ({', '.join(tasks)}); the data tools read one")
     name = tasks[0]
+    if config.get("generation", {}).get("shuffle_options") is not None:
+        # each answer's letters refer to its own prompt's option order: no one prompt per problem to pair with
+        raise DataToolError(f"{path}: was sampled with --shuffle-options; the data tools need the options in one "
+                            "order per prompt (sample without shuffling)")
     spec = config.get("custom_task")
     task = custom_task(**spec) if spec else TASKS.get(name)
     if task is None:

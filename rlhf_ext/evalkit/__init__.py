@@ -1,8 +1,9 @@
 """evalkit: math benchmark evaluation (AIME, MATH-500, GSM8K, AMC23) on vLLM with honest statistics.
 
 Command line: ``evalkit {aime,aime24,aime25,math500,gsm8k,amc23} --model PATH``, ``evalkit list``,
-``evalkit report RUN_DIR``, ``evalkit compare RUN_A RUN_B`` (also ``python -m rlhf_ext.evalkit``).
-See docs/evalkit.md.
+``evalkit report RUN_DIR``, ``evalkit compare RUN_A RUN_B`` (also ``python -m rlhf_ext.evalkit``);
+``evalkit run --data FILE --name NAME [--answer-type choice|ranking]`` for any JSONL of math,
+multiple-choice or ranking problems. See docs/evalkit.md.
 
 Python API::
 
@@ -17,14 +18,14 @@ from .metrics import (PairedDifference, bootstrap_ci, bootstrap_indices, cluster
                       paired_difference, pass_at_k, pass_k_values)
 from .records import RunDirError, SampleLog
 from .report import compare_runs, render_compare_markdown, render_markdown, report, summarize
-from .runner import EvalInterrupted, RunOptions, problem_seed, run_eval
+from .runner import EvalInterrupted, RunOptions, option_permutation, problem_seed, run_eval
 from .tasks import SUITES, TASKS, DataError, Problem, Task, load_task
 from .templates import TEMPLATES, TemplateError, render_prompt
 from .tiny_model import build_tiny_model, build_tiny_tokenizer
 from .voting import AnswerEquivalence
 
 __all__ = [
-    "RunOptions", "run_eval", "EvalInterrupted", "problem_seed",
+    "RunOptions", "run_eval", "EvalInterrupted", "problem_seed", "option_permutation",
     "report", "summarize", "render_markdown", "compare_runs", "render_compare_markdown",
     "pass_at_k", "pass_k_values", "majority_vote", "cluster_answers", "AnswerEquivalence", "bootstrap_ci", "bootstrap_indices", "paired_difference",
     "PairedDifference",

@@ -27,9 +27,11 @@ command resumes into the same directory and generates only the missing samples.
 """
 
 # Options a resumed run may take from its config.json when they are not given again.
-_RESUMABLE = ("model", "n_samples", "temperature", "top_p", "top_k", "min_p", "max_tokens", "template", "system_prompt", "seed",
-              "tp", "dp", "limit", "gpu_memory_utilization", "kv_cache", "enforce_eager", "max_model_len", "dtype")
-_DEFAULTS = {"n_samples": 64, "temperature": 0.6, "top_p": 0.95, "top_k": -1, "min_p": 0.0, "max_tokens": 32768, "template": "r1",
+_RESUMABLE = ("model", "n_samples", "temperature", "top_p", "top_k", "min_p", "max_tokens", "template",
+              "system_prompt", "seed", "tp", "dp", "limit", "gpu_memory_utilization", "kv_cache", "enforce_eager",
+              "max_model_len", "dtype", "shuffle_options")
+_DEFAULTS = {"n_samples": 64, "temperature": 0.6, "top_p": 0.95, "top_k": -1, "min_p": 0.0, "max_tokens": 32768,
+             "template": "r1",
              "seed": 0, "tp": 1, "dp": 1, "dtype": "auto"}
 
 
@@ -102,7 +104,7 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
     """
     from .runner import RunOptions
 
-    values = {k: getattr(args, k) for k in _RESUMABLE}
+    values = {k: getattr(args, k, None) for k in _RESUMABLE}
     require_anchor = args.require_anchor
     data = list(args.data)
     if args.resume:
@@ -119,7 +121,7 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
                                   f"with 'evalkit {cfg.get('suite')} --resume --output {args.output}'")
             if suite is None:
                 suite = stored_custom["name"]
-            for key in ("problem_key", "answer_key", "id_key"):
+            for key in ("problem_key", "answer_key", "id_key", "answer_type"):
                 if custom.get(key) is None:
                     custom[key] = stored_custom.get(key)
             custom["name"] = suite
@@ -146,6 +148,7 @@ def _options(suite: Optional[str], args: argparse.Namespace, custom: Optional[di
         if len(data) != 1 or Path(data[0]).is_dir():
             raise ValueError("evalkit run needs exactly one --data FILE.jsonl")
         custom["name"] = suite
+        custom["answer_type"] = custom.get("answer_type") or "math"
     template_text = None
     if getattr(args, "template_file", None) is not None:
         if values["template"] not in (None, "file"):
@@ -191,6 +194,14 @@ def _custom_parser() -> argparse.ArgumentParser:
     g.add_argument("--answer-key", help="field holding the gold answer (default: answer or Answer)")
     g.add_argument("--id-key", help="field holding a unique problem id (default: id, unique_id, idx or ID; "
                                     "else the line number)")
+    g.add_argument("--answer-type", choices=("math", "choice", "ranking"),
+                   help="math (default): a math answer graded by math-verify; choice: rows hold 'options' (a list, "
+                        "lettered A, B, ..., or an object label: text) and 'answer' (a label); ranking: 'answer' is "
+                        "every label in order, best first. Rows may share a 'pair_id' with their flipped twin "
+                        "(docs/evalkit.md)")
+    g.add_argument("--shuffle-options", type=int, metavar="SEED",
+                   help="choice/ranking: show each sample's options in its own order, re-lettered (the answer "
+                        "mapped; each record keeps the map), so position bias shows")
     return p
 
 
@@ -199,7 +210,7 @@ def cmd_run(suite: Optional[str], argv: Sequence[str]) -> int:
     if suite is None:
         args = _custom_parser().parse_args(argv)
         custom = {"name": args.name, "problem_key": args.problem_key, "answer_key": args.answer_key,
-                  "id_key": args.id_key}
+                  "id_key": args.id_key, "answer_type": args.answer_type}
         suite = args.name
     else:
         args = _run_parser(suite, f"Evaluate a model on {suite} with vLLM: sample, grade, summarize.").parse_args(argv)

@@ -8,13 +8,13 @@ a percentile-bootstrap interval over problems (see :mod:`.metrics` for the formu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
-from . import records, voting
+from . import choice_metrics, records, voting
 from .metrics import (bootstrap_ci, bootstrap_indices, majority_vote, paired_difference, pass_at_k,
                       pass_k_values, percentile)
 from .records import RunDirError, SampleLog, read_json
@@ -30,6 +30,8 @@ class ProblemScores:
     n: list[int]  # samples present per problem
     correct: list[int]
     maj: list[float]
+    samples: list = field(default_factory=list)  # each problem's records, by sample index
+    answer_type: str = "math"
 
 
 def _group(records_: Sequence[dict], config: dict) -> dict:
@@ -55,14 +57,18 @@ def problem_scores(task: str, ids: Sequence[str], by_problem: dict,
         recs = sorted(by_problem.get(pid, []), key=lambda r: int(r["sample_index"]))
         if recs:
             problems.append((pid, recs, *voting.problem_answers(recs)))
-    # every comparison of the task in one parallel batch, then the votes
-    equivalence.prepare(pair for _, _, keys, counts in problems for pair in equivalence.pairs_for(keys, counts))
+    scores.answer_type = choice_metrics.answer_type_of([p[1] for p in problems])
+    # choice/ranking answers are labels: equal labels vote together, nothing to ask math-verify
+    structured = scores.answer_type in choice_metrics.STRUCTURED
+    if not structured:  # every comparison of the task in one parallel batch, then the votes
+        equivalence.prepare(pair for _, _, keys, counts in problems for pair in equivalence.pairs_for(keys, counts))
     for pid, recs, keys, counts in problems:
         scores.ids.append(pid)
         scores.n.append(len(recs))
         scores.correct.append(sum(bool(r["correct"]) for r in recs))
+        scores.samples.append(recs)
         scores.maj.append(majority_vote([r.get("extracted") for r in recs], [bool(r["correct"]) for r in recs],
-                                        same=equivalence.for_problem(keys, counts)))
+                                        same=None if structured else equivalence.for_problem(keys, counts)))
     return scores
 
 
@@ -96,6 +102,9 @@ def _task_summary(scores: ProblemScores, recs: list[dict], expected_problems: in
     out["response_tokens"] = {"mean": float(np.mean(lengths)), "p50": percentile(lengths, 50),
                               "p90": percentile(lengths, 90)}
     out["no_answer_rate"] = float(np.mean([r.get("extracted") is None for r in recs]))
+    if scores.answer_type in choice_metrics.STRUCTURED:
+        out.update(choice_metrics.structured_summary(scores.ids, scores.samples, scores.maj, scores.answer_type,
+                                                     idx, resamples, seed))
     out["grading"] = {
         "timeouts": sum(bool(r.get("grade_timeout")) for r in recs),
         "errors": sum(r.get("grade_error") is not None for r in recs),
@@ -205,12 +214,40 @@ def render_markdown(summary: dict) -> str:
         if g.get("gold_unparsed_problems"):
             notes.append(f"- {task}: the gold answer of {g['gold_unparsed_problems']} problems could not be parsed "
                          "(those samples are scored wrong): check the dataset")
+    lines += _structured_markdown(summary, n)
     if notes:
         lines += ["Notes:", *notes, ""]
     lines.append(f"avg@{n} is the mean accuracy over samples (DeepSeek-R1's pass@1); pass@k is the unbiased "
                  f"estimator of Chen et al. 2021; maj@{n} grades the majority answer, equivalent answers voting "
                  "together (ties split the credit).")
     return "\n".join(lines) + "\n"
+
+
+def _structured_markdown(summary: dict, n: int) -> list:
+    """The choice/ranking table (parse failures, pick and rank correlation) and pair consistency."""
+    tasks = {t: v for t, v in summary["tasks"].items() if v.get("answer_type") in choice_metrics.STRUCTURED}
+    if not tasks:
+        return []
+    lines = ["| task | answer type | accuracy (avg@n) | pick (top1@n) | rank correlation | parse failures | "
+             "truncated | both of a pair (both@n) | all n of both | both by majority | pairs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for task, t in tasks.items():
+        pc = t.get("pair_consistency", {})
+        tau = t.get("rank_correlation")
+        row = [task, t["answer_type"] + (" (options shuffled)" if t.get("shuffled_options") else ""), _pct(t["avg@n"]),
+               _pct(t.get("top1@n", t["avg@n"])),
+               f"{tau['value']:+.3f} [{tau['ci95'][0]:+.3f}, {tau['ci95'][1]:+.3f}]" if tau else "-",
+               _pct(t["parse_failure_rate"]), _pct(t["truncation"]),
+               _pct(pc.get("both@n")), _pct(pc.get("both_all@n")), _pct(pc.get("both_maj@n")), str(pc.get("pairs", 0))]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "For a ranking, accuracy is the exact order (full-ranking accuracy) and the pick is its first place; "
+              "rank correlation is the mean Kendall tau against the gold (an unreadable ranking counts 0). Pairs "
+              f"share a pair_id (a question and its flipped twin): both@n pairs sample i of both, all n of both "
+              f"needs all {n} samples of both right.", ""]
+    for task, t in tasks.items():
+        outcomes = ", ".join(f"{k} {v}" for k, v in t.get("parse_outcomes", {}).items())
+        lines.append(f"- {task} answers: {outcomes}")
+    return lines + [""]
 
 
 def load_run(run_dir) -> tuple[dict, list[dict]]:
@@ -281,6 +318,8 @@ def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0,
                 entry[metric] = _paired_entry(va, vb, resamples, seed)
                 pooled[metric][0].extend(va)
                 pooled[metric][1].extend(vb)
+            if a.answer_type in choice_metrics.STRUCTURED and a.answer_type == b.answer_type:
+                entry.update(_structured_compare(a, b, ia, ib, resamples, seed))
             comparison["tasks"][task] = entry
         if len(shared) > 1 and pooled["avg@n"][0]:
             # e.g. ``aime``: AIME24 and AIME25 problems pooled, as in the run's combined row
@@ -288,6 +327,26 @@ def compare_runs(run_dirs: Sequence, *, resamples: int = 2000, seed: int = 0,
                 "problems": len(pooled["avg@n"][0]),
                 **{m: _paired_entry(np.asarray(va), np.asarray(vb), resamples, seed) for m, (va, vb) in pooled.items()}}
         out["comparisons"].append(comparison)
+    return out
+
+
+def _structured_compare(a: ProblemScores, b: ProblemScores, ia: list, ib: list, resamples: int, seed: int) -> dict:
+    """Paired differences of the choice/ranking metrics: by problem, and pair consistency by pair id."""
+    out = {}
+    va = choice_metrics.problem_vectors([a.samples[i] for i in ia], a.answer_type)
+    vb = choice_metrics.problem_vectors([b.samples[i] for i in ib], b.answer_type)
+    for metric in va:
+        out[metric] = _paired_entry(va[metric], vb[metric], resamples, seed)
+    pa, _ = choice_metrics.pair_members(a.ids, a.samples)
+    pb, _ = choice_metrics.pair_members(b.ids, b.samples)
+    shared = [p for p in pa if p[0] in {q[0] for q in pb}]
+    if shared:
+        qb = {q[0]: q for q in pb}
+        pva = choice_metrics.pair_vectors(a.samples, a.maj, shared, a.answer_type)
+        pvb = choice_metrics.pair_vectors(b.samples, b.maj, [qb[p[0]] for p in shared], b.answer_type)
+        out["pairs"] = len(shared)
+        for metric in pva:
+            out[metric] = _paired_entry(pva[metric], pvb[metric], resamples, seed)
     return out
 
 
@@ -310,7 +369,7 @@ def render_compare_markdown(result: dict) -> str:
             if not entry.get("problems"):
                 lines.append(f"| {comp['run']} | {task} | 0 | - | - | - | - | no shared problems |")
                 continue
-            for metric in ("avg@n", "maj@n"):
+            for metric in [k for k, v in entry.items() if isinstance(v, dict) and "difference" in v]:
                 m = entry[metric]
                 lo, hi = m["ci95"]
                 verdict = "distinguishable" if m["distinguishable"] else "within noise"

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import sys
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -72,6 +74,13 @@ class RunOptions:
     # A task over any JSONL (``evalkit run``): {"name", "problem_key", "answer_key", "id_key"}; its
     # name is the suite, and ``data`` holds exactly its one file.
     custom_task: Optional[dict] = None
+    # choice/ranking tasks: show each sample's options in its own order, re-lettered, with a
+    # permutation drawn from this seed, the task, the problem and the sample index (None: as written)
+    shuffle_options: Optional[int] = None
+
+    @property
+    def answer_type(self) -> str:
+        return (self.custom_task or {}).get("answer_type") or "math"
 
     def task_definition(self) -> Optional[Task]:
         if self.custom_task is None:
@@ -105,6 +114,8 @@ class RunOptions:
             (self.grade_timeout > 0, f"--grade-timeout must be > 0, got {self.grade_timeout}"),
             (self.bootstrap_resamples >= 100, f"--bootstrap-resamples must be >= 100, got {self.bootstrap_resamples}"),
         ]
+        if self.shuffle_options is not None and self.answer_type == "math":
+            checks.append((False, "--shuffle-options needs --answer-type choice or ranking"))
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
@@ -220,28 +231,65 @@ def prepare(options: RunOptions) -> PreparedRun:
         generation["min_p"] = options.min_p
     if custom is not None:
         # Which fields were read is part of what a sample means: another key is another task.
-        generation["custom_task"] = dict(options.custom_task)
+        generation["custom_task"] = {k: v for k, v in options.custom_task.items()
+                                     if k != "answer_type" or v not in (None, "math")}
+    if options.shuffle_options is not None:
+        generation["shuffle_options"] = options.shuffle_options
     output = Path(options.output) if options.output else default_output_dir(options, generation)
     return PreparedRun(options=options, tasks=task_data, generation=generation, output=output)
 
 
+def option_permutation(seed: int, task: str, problem_id: str, sample_index: int, n: int) -> list[int]:
+    """The order in which sample ``sample_index`` of a problem shows its ``n`` options (``--shuffle-options``):
+    shown option i is original option ``perm[i]``. Derived from the problem's identity like its seed."""
+    import random
+
+    digest = hashlib.sha256(f"shuffle\0{seed}\0{task}\0{problem_id}\0{sample_index}".encode()).digest()
+    perm = list(range(n))
+    random.Random(int.from_bytes(digest[:8], "big")).shuffle(perm)
+    return perm
+
+
+def sample_view(options: RunOptions, problem: Problem, sample_index: int):
+    """``(problem text, gold, shown label -> original label or None)`` as sample ``sample_index`` sees them."""
+    if options.shuffle_options is None or problem.answer_type == "math":
+        return problem.text, problem.gold, None
+    from rlhf_ext.rewards.choice import parse_structured_gold, render_options, shuffled_gold
+
+    gold = parse_structured_gold(problem.gold)
+    perm = option_permutation(options.shuffle_options, problem.task, problem.id, sample_index,
+                              len(gold.options.labels))
+    shown, mapping = shuffled_gold(gold, perm)
+    return render_options(problem.question, shown.options), shown, mapping
+
+
+def prompt_key(options: RunOptions, problem: Problem, sample_index: int) -> tuple:
+    """Where a sample's prompt is kept in ``PreparedRun.prompts``: per problem, or per sample when shuffled."""
+    if options.shuffle_options is None or problem.answer_type == "math":
+        return (problem.task, problem.id)
+    return (problem.task, problem.id, sample_index)
+
+
 def render_prompts(run: PreparedRun, keys=None) -> None:
-    """Render the prompts of ``keys`` ((task, problem id) pairs; default all) into ``run.prompts``.
+    """Render the prompts of ``keys`` ((task, problem id) pairs, or (task, problem id, sample index)
+    with shuffled options; default every problem) into ``run.prompts``.
 
     Loading the tokenizer costs seconds (it imports torch), so a rerun with nothing left to
     generate never does it.
     """
-    wanted = {(p.task, p.id) for td in run.tasks for p in td.problems} if keys is None else set(keys)
-    wanted -= set(run.prompts)
+    o = run.options
+    if keys is None:
+        keys = {prompt_key(o, p, i) for td in run.tasks for p in td.problems for i in range(o.n_samples)}
+    wanted = set(keys) - set(run.prompts)
     if not wanted:
         return
     tokenizer = _load_tokenizer(run.options)
-    o = run.options
-    for td in run.tasks:
-        for p in td.problems:
-            if (p.task, p.id) in wanted:
-                rendered = render_prompt(p.text, o.template, tokenizer, o.system_prompt, o.template_text)
-                run.prompts[(p.task, p.id)] = (rendered.text, rendered.token_ids)
+    problems = {(p.task, p.id): p for td in run.tasks for p in td.problems}
+    for key in sorted(wanted, key=str):
+        p = problems[key[:2]]
+        text = p.text if len(key) == 2 else sample_view(o, p, key[2])[0]
+        rendered = render_prompt(text, o.template, tokenizer, o.system_prompt, o.template_text)
+        run.prompts[key] = (rendered.text, rendered.token_ids)
 
 
 def _check_existing(run: PreparedRun, existing: list[dict]) -> None:
@@ -287,8 +335,10 @@ def _config(run: PreparedRun, status: str, started: float, devices: Optional[dic
                    "gpu_memory_utilization": o.gpu_memory_utilization, "kv_cache": o.kv_cache,
                    "enforce_eager": o.enforce_eager,
                    "max_model_len": o.max_model_len, "dtype": o.dtype, "trust_remote_code": o.trust_remote_code},
-        "grading": {"grader": "rlhf_ext.rewards.MathGrader", "timeout_s": o.grade_timeout,
-                    "workers": o.grader_workers, "require_anchor": o.require_anchor},
+        "grading": {"grader": "rlhf_ext.rewards.MathGrader" if o.answer_type == "math" else "rlhf_ext.rewards.choice",
+                    "timeout_s": o.grade_timeout, "workers": o.grader_workers, "require_anchor": o.require_anchor,
+                    **({"answer_type": o.answer_type, "shuffle_options": o.shuffle_options}
+                       if o.answer_type != "math" else {})},
         "statistics": {"bootstrap_resamples": o.bootstrap_resamples, "bootstrap_seed": 0, "confidence": 0.95},
         "devices": devices,
         "versions": package_versions(),
@@ -306,21 +356,35 @@ def missing_requests(run: PreparedRun, existing: list[dict]) -> list[SampleReque
     """
     have = {records.sample_key(r) for r in existing}
     n = run.options.n_samples
-    missing = [p for td in run.tasks for p in td.problems
-               if any((p.task, p.id, i) not in have for i in range(n))]
-    render_prompts(run, [(p.task, p.id) for p in missing])
-    stored = {(r["task"], str(r["problem_id"])): r.get("prompt") for r in existing}
+    missing = [(p, i) for td in run.tasks for p in td.problems for i in range(n) if (p.task, p.id, i) not in have]
+    o = run.options
+    render_prompts(run, [prompt_key(o, p, i) for p, i in missing])
+    # with shuffled options each sample has its own prompt: compare with a stored sample of the same order
+    stored = {}
+    for r in existing:
+        key = (r["task"], str(r["problem_id"]))
+        stored[key] = r.get("prompt")
+        stored[key + (int(r["sample_index"]),)] = r.get("prompt")
     out = []
-    for p in missing:
-        text, token_ids = run.prompts[(p.task, p.id)]
-        if (p.task, p.id) in stored and stored[(p.task, p.id)] != text:
+    orders: dict = {}
+    for p, i in missing:
+        key = prompt_key(o, p, i)
+        text, token_ids = run.prompts[key]
+        if len(key) == 3:  # a stored sample that showed the options in the same order
+            if (p.task, p.id) not in orders:
+                k = len(json.loads(p.gold)["options"])
+                orders[(p.task, p.id)] = [tuple(option_permutation(o.shuffle_options, p.task, p.id, j, k))
+                                          for j in range(n)]
+            perms = orders[(p.task, p.id)]
+            same = [j for j in range(n) if (p.task, p.id, j) in stored and perms[j] == perms[i]]
+            earlier = stored[(p.task, p.id, same[0])] if same else None
+        else:
+            earlier = stored.get(key)
+        if earlier is not None and earlier != text:
             raise RunDirError(f"{run.output}: the stored prompt of {p.task} problem {p.id} differs from the one "
                               "rendered now (tokenizer or chat template changed); refusing to mix samples")
-        base = problem_seed(run.options.seed, p.task, p.id)
-        for i in range(n):
-            if (p.task, p.id, i) not in have:
-                out.append(SampleRequest(task=p.task, problem_id=p.id, sample_index=i, token_ids=token_ids,
-                                         seed=base + i))
+        out.append(SampleRequest(task=p.task, problem_id=p.id, sample_index=i, token_ids=token_ids,
+                                 seed=problem_seed(o.seed, p.task, p.id) + i))
     return out
 
 
@@ -369,8 +433,9 @@ class _Progress:
             self.bar.close()
 
 
-def _record(gen: Generation, problem: Problem, prompt: tuple[str, tuple[int, ...]], seed: int, grade) -> dict:
-    return {
+def _record(gen: Generation, problem: Problem, prompt: tuple[str, tuple[int, ...]], seed: int, grade,
+            option_map: Optional[dict] = None) -> dict:
+    rec = {
         "task": gen.task,
         "problem_id": gen.problem_id,
         "sample_index": gen.sample_index,
@@ -388,6 +453,17 @@ def _record(gen: Generation, problem: Problem, prompt: tuple[str, tuple[int, ...
         "grade_timeout": bool(grade.timeout),
         "grade_error": grade.error,
     }
+    if problem.answer_type != "math":
+        # votes and metrics read ``extracted`` in the original labels; the shown ones are kept apart
+        rec.update(answer_type=problem.answer_type, parse_status=grade.status, top1_correct=bool(grade.top1),
+                   rank_tau=grade.tau, pair_id=problem.pair_id)
+        if option_map is not None:
+            from rlhf_ext.rewards.choice import map_grade_labels
+
+            rec["option_map"] = dict(option_map)
+            rec["extracted_shown"] = grade.extracted
+            rec["extracted"] = map_grade_labels(grade, option_map).extracted
+    return rec
 
 
 def _open_engine(run: PreparedRun):
@@ -475,7 +551,7 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
     all_records = SampleLog(run.output / records.SAMPLES_FILE).read()
     config = read_json(run.output / records.CONFIG_FILE)
     # maj@n groups equivalent answers with the grader's own test, under the run's grading settings
-    if grader is not None:
+    if grader is not None or o.answer_type != "math":  # choice/ranking votes are over labels: no grader
         summary = summarize(all_records, config, AnswerEquivalence(grader))
     else:
         from rlhf_ext.rewards import MathGrader
@@ -500,6 +576,9 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
         remaining[(r.task, r.problem_id)] = remaining.get((r.task, r.problem_id), 0) + 1
     progress = None
     own_grader = grader is None
+    structured = o.answer_type != "math"
+    if structured:  # choice/ranking answers are graded here, by string rules: no math-verify pool
+        own_grader = False
     if own_grader:
         grader = MathGrader(timeout=o.grade_timeout, workers=o.grader_workers, require_anchor=o.require_anchor)
     engine = None
@@ -509,13 +588,14 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
         # Take every sample whose grade is in (all of them when blocking), in any order, so one
         # slow-to-grade sample never holds back the records of the others.
         ready, keep = [], []
-        for gen, fut in inflight:
-            if block or fut.done():
-                ready.append(_record(gen, problems[(gen.task, gen.problem_id)],
-                                     run.prompts[(gen.task, gen.problem_id)],
-                                     seeds[(gen.task, gen.problem_id, gen.sample_index)], grader.wait(fut)))
+        for gen, fut, option_map in inflight:
+            if block or not isinstance(fut, Future) or fut.done():
+                prob = problems[(gen.task, gen.problem_id)]
+                ready.append(_record(gen, prob, run.prompts[prompt_key(o, prob, gen.sample_index)],
+                                     seeds[(gen.task, gen.problem_id, gen.sample_index)],
+                                     grader.wait(fut) if isinstance(fut, Future) else fut, option_map))
             else:
-                keep.append((gen, fut))
+                keep.append((gen, fut, option_map))
         inflight[:] = keep
         if ready:
             sample_log.append(ready)
@@ -548,7 +628,12 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
                 for gen in batch:
                     progress.generated(gen)
                     prob = problems[(gen.task, gen.problem_id)]
-                    inflight.append((gen, grader.submit(gen.text, prob.gold)))
+                    if structured:
+                        _, shown, option_map = sample_view(o, prob, gen.sample_index)
+                        inflight.append((gen, _grade_structured(gen.text, prob, shown, o.require_anchor),
+                                         option_map))
+                    else:
+                        inflight.append((gen, grader.submit(gen.text, prob.gold), None))
                 drain(block=False)
         finally:
             close = getattr(stream, "close", None)
@@ -558,7 +643,7 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
         return devices
     except KeyboardInterrupt:
         # Keep what is already graded; samples still being graded or decoded are the only loss.
-        inflight[:] = [item for item in inflight if item[1].done()]
+        inflight[:] = [item for item in inflight if not isinstance(item[1], Future) or item[1].done()]
         drain(block=True)
         raise
     finally:
@@ -568,6 +653,14 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
             grader.close(wait=False)
         if engine is not None:
             _close_engine(engine)
+
+
+def _grade_structured(text: str, problem: Problem, shown, require_anchor: bool):
+    from rlhf_ext.rewards.choice import grade_any_structured, grade_structured
+
+    if shown is None or isinstance(shown, str):
+        return grade_any_structured(text, problem.gold, problem.answer_type, require_anchor)
+    return grade_structured(text, shown, require_anchor)
 
 
 def _interrupted_message(run) -> str:

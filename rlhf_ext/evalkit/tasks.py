@@ -26,10 +26,19 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class Problem:
+    """One problem. For a choice/ranking task (``answer_type``) ``text`` is the question followed by
+    its options (``A. ...`` lines), ``gold`` the JSON of its structured gold
+    (:func:`rlhf_ext.rewards.choice.parse_structured_gold` reads it; so does the reward of a training
+    job that gets it as its label), ``question`` the question alone (to show the options in another
+    order) and ``pair_id`` the id it shares with its flipped twin."""
+
     task: str
     id: str
     text: str
     gold: str
+    answer_type: str = "math"
+    question: Optional[str] = None
+    pair_id: Optional[str] = None
 
 
 def _plain(value) -> str:
@@ -71,6 +80,7 @@ class Task:
     id_fields: tuple[str, ...] = ("id", "unique_id", "idx", "ID")
     gold: Callable[[object], str] = field(default=_plain)
     require_id: bool = False  # an explicit --id-key: a row without it is an error, not "use the position"
+    answer_type: str = "math"  # "choice" / "ranking": rows hold "options" and a label (or ordered labels)
 
 
 TASKS: dict[str, Task] = {t.name: t for t in (
@@ -105,7 +115,9 @@ def suite_tasks(suite: str) -> tuple[str, ...]:
 
 
 def dataset_sha256(problems: Sequence[Problem]) -> str:
-    payload = json.dumps([[p.id, p.text, p.gold] for p in problems], ensure_ascii=False, separators=(",", ":"))
+    # a pair id joins the identity only where there is one, so math datasets keep their hashes
+    payload = json.dumps([[p.id, p.text, p.gold] + ([p.pair_id] if p.pair_id is not None else []) for p in problems],
+                         ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -133,6 +145,9 @@ def rows_to_problems(task: Task, rows: Sequence[dict], origin: str) -> tuple[Pro
             raise DataError(f"{where}: duplicate problem id {pid!r} (also row {seen[pid] + 1}); "
                             "ids must be unique for per-problem statistics and resume")
         seen[pid] = i
+        if task.answer_type != "math":
+            problems.append(_structured_problem(task, row, pid, str(text), answer, where))
+            continue
         try:
             gold = task.gold(answer)
         except (TypeError, ValueError) as exc:
@@ -141,6 +156,24 @@ def rows_to_problems(task: Task, rows: Sequence[dict], origin: str) -> tuple[Pro
             raise DataError(f"{where}: empty gold answer")
         problems.append(Problem(task=task.name, id=pid, text=str(text), gold=gold))
     return tuple(problems)
+
+
+def _structured_problem(task: Task, row: dict, pid: str, question: str, answer, where: str) -> Problem:
+    """A choice/ranking row: ``options`` (list or {label: text}) and ``answer`` (a label, or the labels
+    in order), an optional ``pair_id``; the problem text shows the options after the question."""
+    from rlhf_ext.rewards.choice import GoldFormatError, parse_structured_gold, render_options
+
+    if "options" not in row:
+        raise DataError(f"{where}: a {task.answer_type} task needs an 'options' field (a list, or an object "
+                        "of label: text)")
+    try:
+        gold = parse_structured_gold({"answer_type": task.answer_type, "options": row["options"], "answer": answer})
+    except GoldFormatError as exc:
+        raise DataError(f"{where}: {exc}") from exc
+    pair = row.get("pair_id")
+    return Problem(task=task.name, id=pid, text=render_options(question, gold.options),
+                   gold=json.dumps(gold.as_label(), ensure_ascii=False, separators=(",", ":")),
+                   answer_type=task.answer_type, question=question, pair_id=None if pair is None else str(pair))
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -228,7 +261,7 @@ _CUSTOM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def custom_task(name: str, problem_key: Optional[str] = None, answer_key: Optional[str] = None,
-                id_key: Optional[str] = None) -> Task:
+                id_key: Optional[str] = None, answer_type: str = "math") -> Task:
     """A task over any JSONL of problems with gold answers (``evalkit run --data FILE --name NAME``).
 
     Without explicit keys the fields the built-in tasks accept are tried (``problem`` / ``question``,
@@ -243,13 +276,15 @@ def custom_task(name: str, problem_key: Optional[str] = None, answer_key: Option
     for flag, key in (("--problem-key", problem_key), ("--answer-key", answer_key), ("--id-key", id_key)):
         if key is not None and not key.strip():
             raise DataError(f"{flag} must be a non-empty field name")
+    if answer_type not in ("math", "choice", "ranking"):
+        raise DataError(f"--answer-type must be math, choice or ranking, got {answer_type!r}")
     defaults = Task(name, "", "", "", None, 0, "", ())
     return Task(name=name, title=f"custom task {name}", hub_id="", hub_split="", hub_config=None, size=0,
                 answer_format="as in the file", local_names=(),
                 text_fields=(problem_key,) if problem_key else defaults.text_fields,
                 answer_fields=(answer_key,) if answer_key else defaults.answer_fields,
                 id_fields=(id_key,) if id_key else defaults.id_fields,
-                gold=_number_gold, require_id=id_key is not None)
+                gold=_number_gold, require_id=id_key is not None, answer_type=answer_type)
 
 
 def _hub_reachable(timeout: float = 5.0) -> bool:

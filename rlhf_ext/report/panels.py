@@ -4,7 +4,7 @@ when no run logged them.
 Each panel lists, per line style, candidate keys in order of preference (OpenRLHF's name first,
 then equivalents written by other versions or by ``rlhf-ext runs export``); a run uses the first
 candidate it has. Keys follow the run record format (``train/``, ``rollout/``, ``timing/``,
-``rollout_mismatch/`` prefixes; docs/run_records.md).
+``rollout_mismatch/``, ``rollout_corr/`` prefixes; docs/run_records.md).
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ PANELS: Tuple[Panel, ...] = (
     Panel("mismatch", "Rollout vs training mismatch", "mean |p_train - p_rollout|",
           (("rollout_mismatch/probs_diff_mean",),), limit=_mismatch_threshold,
           missing="Logged with --rlhf_ext.mismatch_metrics (docs/run_records.md)."),
+    Panel("rollout_correction", "Rollout correction", "weight / fraction",
+          (("rollout_corr/weight_mean",), ("rollout_corr/ess",), ("rollout_corr/rejected_fraction",),
+           ("rollout_corr/is_truncated_fraction",)),
+          line_labels=("mean weight", "ESS", "rejected", "truncated"),
+          missing="Logged with --rlhf_ext.rollout_is / --rlhf_ext.rollout_rs, or OpenRLHF's "
+                  "--algo.advantage.is_correction_level with an rlhf_ext loss (docs/rollout_correction.md)."),
     Panel("step_time", "Time per step", "seconds", (("timing/step_total",),)),
     # Mechanism panels: the evidence a claim about why a recipe works cites.
     Panel("zero_variance", "Zero-variance prompt groups (no gradient signal)", "fraction of groups",

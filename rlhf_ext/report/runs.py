@@ -37,7 +37,7 @@ UNKNOWN = "unknown"
 
 # TensorBoard-style logs put every key under "train/"; the run record keeps "timing/" and
 # "rollout/" at the top level. Map the former onto the latter so both read the same.
-_NESTED_PREFIX = re.compile(r"^train/(timing|rollout|rollout_mismatch|eval)/")
+_NESTED_PREFIX = re.compile(r"^train/(timing|rollout|rollout_mismatch|rollout_corr|eval)/")
 _RESERVED = frozenset(("step", "time", "elapsed_s", "nonfinite"))
 
 

@@ -50,6 +50,11 @@ from .rule_rewards import (
     tag_count_reward,
     truncation_reward,
 )
+from .choice import (ANSWER_TYPES, ChoiceGrade, GoldFormatError, Options, StructuredGold, extract_choice,
+                     extract_ranking, grade_structured, kendall_tau, parse_options, parse_structured_gold,
+                     ranking_partial_score)
+from .choice_rewards import (choice_accuracy_reward, grade_mixed, parse_failure_reward, ranking_exact_reward,
+                             ranking_partial_reward)
 from .composite import REWARD_PRESETS, RewardBreakdown, WeightedReward, parse_reward_spec
 from .config import RewardConfig, reward_config_from_env
 from .openrlhf_protocol import RewardScorer, recover_response
@@ -96,6 +101,23 @@ __all__ = [
     "truncation_reward",
     "answer_format_reward",
     "completion_texts",
+    "ANSWER_TYPES",
+    "ChoiceGrade",
+    "GoldFormatError",
+    "Options",
+    "StructuredGold",
+    "extract_choice",
+    "extract_ranking",
+    "grade_structured",
+    "grade_mixed",
+    "kendall_tau",
+    "parse_options",
+    "parse_structured_gold",
+    "ranking_partial_score",
+    "choice_accuracy_reward",
+    "ranking_exact_reward",
+    "ranking_partial_reward",
+    "parse_failure_reward",
     "REWARD_PRESETS",
     "RewardBreakdown",
     "WeightedReward",

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import rule_rewards  # noqa: F401  (registers the built-in rewards)
+from . import choice_rewards, rule_rewards  # noqa: F401  (registers the built-in rewards)
 from .grader import GradeResult, MathGrader
 from .registry import get_reward_entry
 from .rule_rewards import completion_texts
@@ -26,6 +26,10 @@ REWARD_PRESETS: Dict[str, str] = {
     "math": "accuracy:1.0,answer_format:0.2,truncation:-0.5",
     # Open-R1's default reward_funcs (accuracy, format, tag_count), weights 1.
     "open_r1": "accuracy:1.0,format:1.0,tag_count:1.0",
+    # Choice and ranking answers (docs/rewards.md): the pick, or the order with partial credit, a
+    # penalty for an answer that cannot be read and for running out of tokens.
+    "choice": "choice_accuracy:1.0,parse_failure:-0.5,truncation:-0.5",
+    "ranking": "ranking_partial:1.0,parse_failure:-0.5,truncation:-0.5",
 }
 
 # Keyword arguments the combination itself passes; options may not use these names.
@@ -173,7 +177,8 @@ class WeightedReward:
         if grades is None and self.uses_correctness:
             if solution is None:
                 raise ValueError(f"{self!r} needs gold answers: pass solution=[...]")
-            grades = self.grader.grade_batch(texts, list(solution)) if n else []
+            # each gold by its answer type: choice/ranking golds here, math golds by the grader
+            grades = choice_rewards.grade_mixed(texts, list(solution), lambda: self.grader) if n else []
         if grades is not None:
             grades = list(grades)
             for i, g in enumerate(grades):

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .choice_rewards import grade_mixed
 from .composite import FLAG_NAMES, WeightedReward
 from .config import RewardConfig
 
@@ -201,7 +202,8 @@ class RewardScorer:
         grades = None
         if self.reward.uses_correctness and texts:
             try:
-                grades = self.reward.grader.grade_batch(texts, golds)
+                # each gold by its answer type (choice/ranking golds are graded in this thread)
+                grades = grade_mixed(texts, golds, lambda: self.reward.grader)
             except Exception as exc:  # each call then grades its own samples (and reports a failure)
                 logger.warning("rlhf_ext reward: grading %d samples together failed (%s); grading per call",
                                len(texts), exc)

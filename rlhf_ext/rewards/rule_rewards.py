@@ -51,13 +51,21 @@ def _check_lengths(name: str, texts: Sequence, other: Optional[Sequence], what: 
         raise ValueError(f"{name}: got {len(texts)} completions but {len(other)} {what}")
 
 
-def _grades_for(name: str, texts: List[str], solution, grades, grader) -> list:
+def _supplied_grades(name: str, texts: List[str], solution, grades) -> Optional[list]:
+    """The caller's ``grades`` (checked against ``texts``), or None once ``solution`` is checked to fit."""
     if grades is not None:
         _check_lengths(name, texts, grades, "grades")
         return list(grades)
     if solution is None:
         raise ValueError(f"{name} needs the gold answers: pass solution=[...] (or grades=[...])")
     _check_lengths(name, texts, solution, "solutions")
+    return None
+
+
+def _grades_for(name: str, texts: List[str], solution, grades, grader) -> list:
+    supplied = _supplied_grades(name, texts, solution, grades)
+    if supplied is not None:
+        return supplied
     if not texts:
         return []
     if grader is None:

@@ -181,7 +181,9 @@ def score_batch(solution_strs: Sequence, ground_truths: Sequence, extra_infos: O
             if not isinstance(text, str):
                 raise ValueError(f"solution_str[{i}] must be a string, got {type(text).__name__}")
             texts.append(text)
-        golds = [None if g is None else str(g) if not isinstance(g, str) else g for g in ground_truths]
+        # a choice/ranking gold may arrive as a mapping: its JSON text, which the grading reads back
+        golds = [None if g is None else g if isinstance(g, str) else json.dumps(dict(g)) if isinstance(g, Mapping)
+                 else str(g) for g in ground_truths]
         breakdown = reward(texts, golds, truncated=_truncated_flags(infos))
         correct = breakdown.correct if breakdown.correct is not None else [0.0] * n
         out = []

@@ -60,6 +60,38 @@ def make_problems(n: int, seed: int, max_operand: int = DEFAULT_MAX_OPERAND) -> 
     return out
 
 
+def make_choice_problems(n_pairs: int, seed: int, n_options: int = 4) -> List[Dict[str, object]]:
+    """``2 * n_pairs`` evalkit rows of a choice task (``--answer-type choice``), in flipped pairs: "which
+    option is the largest number?" and, with the same options, "... the smallest?" (the right pick
+    flips). Rows: ``id``, ``problem``, ``options`` (a list, lettered A, B, ...), ``answer``, ``pair_id``."""
+    rng = random.Random(seed)
+    rows = []
+    for k in range(n_pairs):
+        values = rng.sample(range(10, 100), n_options)
+        labels = "ABCDEFGHIJ"[:n_options]
+        best, worst = labels[values.index(max(values))], labels[values.index(min(values))]
+        for twin, (word, answer) in enumerate((("largest", best), ("smallest", worst))):
+            rows.append({"id": f"c{k}-{twin}", "problem": f"Which option is the {word} number?",
+                         "options": [str(v) for v in values], "answer": answer, "pair_id": f"c{k}"})
+    return rows
+
+
+def make_ranking_problems(n_pairs: int, seed: int, n_options: int = 3) -> List[Dict[str, object]]:
+    """``2 * n_pairs`` rows of a ranking task (``--answer-type ranking``), in flipped pairs: rank the
+    options from largest to smallest, and the same options from smallest to largest (the order
+    reverses). Options as an object ``{label: text}``; ``answer`` the labels in order."""
+    rng = random.Random(seed)
+    rows = []
+    for k in range(n_pairs):
+        values = rng.sample(range(10, 100), n_options)
+        options = {label: str(v) for label, v in zip("ABCDEFGHIJ", values)}
+        down = sorted(options, key=lambda lab: -int(options[lab]))
+        for twin, (words, order) in enumerate((("largest to smallest", down), ("smallest to largest", down[::-1]))):
+            rows.append({"id": f"r{k}-{twin}", "problem": f"Rank the options from {words}.", "options": options,
+                         "answer": order, "pair_id": f"r{k}"})
+    return rows
+
+
 def build_tokenizer():
     """Byte-level BPE whose pre-tokenizer isolates each digit, so numbers are spelled digit by
     digit (arithmetic is learnable by a tiny model), with a ChatML chat template."""

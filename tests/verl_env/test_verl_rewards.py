@@ -59,6 +59,28 @@ def test_single_sample_contract(compute_score):
     assert cut["score"] == pytest.approx(0.7) and cut["flag_truncated"] == 1.0  # 1 + 0.2 - 0.5
 
 
+def test_choice_and_ranking_ground_truths(reward_file):
+    """Choice/ranking golds as a verl dataset holds them (an object, or its JSON text) under a weighted
+    spec of the new rewards, through verl's loader (issue 25)."""
+    import json
+
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    config = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": reward_file, "name": "compute_score", "reward_kwargs": {
+            "reward": "choice_accuracy:1.0,ranking_partial:0.5,parse_failure:-0.5,truncation:-0.5", "workers": 1}}}})
+    score = get_custom_reward_fn(config)
+    choice = {"options": ["Paris", "London", "Rome"], "answer": "B"}
+    ranking = {"options": {"A": "one", "B": "two", "C": "three"}, "answer": ["C", "A", "B"]}
+    outs = score(data_sources=["x"] * 4, solution_strs=["\\boxed{B}", "Answer: A or B", "\\boxed{C > B > A}",
+                                                        "1. C 2. A"],
+                 ground_truths=[choice, json.dumps(choice), ranking, ranking], extra_infos=[{}] * 4)
+    assert [o["score"] for o in outs] == pytest.approx([1.5, -0.5, 1 + 0.5 * (1 / 3 + 0.5), -0.5])
+    assert [o["acc"] for o in outs] == [1.0, 0.0, 0.0, 0.0]
+    assert [o["reward_parse_failure"] for o in outs] == [0.0, 1.0, 0.0, 1.0]
+    assert all(o["error"] == 0.0 and o["flag_gold_unparsed"] == 0.0 for o in outs)
+
+
 def test_batch_contract_and_bad_input_scores_zero_with_error(compute_score):
     out = compute_score(data_sources=["a", "b", "c"], solution_strs=["\\boxed{1}", "no answer", "\\boxed{2}"],
                         ground_truths=["1", "1", "2"], extra_infos=[{}, {}, {}])

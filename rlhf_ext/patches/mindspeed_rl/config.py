@@ -23,6 +23,10 @@ key                        meaning
                            gradient (arXiv 2506.01939); the loss then computes the entropy
 ``off_policy_mask_threshold``  DeepSeek-V3.2's off-policy sequence mask against ``old_log_prob``
 ``mask_truncated_completions`` refused: MindSpeed-RL's actor batch has no truncation flag
+``rollout_is`` and the     refused when set to anything but null/false (OpenRLHF's names, see
+other ``rollout_*`` keys   ``ROLLOUT_CORRECTION_KEYS``): rollout correction is not wired for
+                           MindSpeed-RL 2.1.0 (docs/rollout_correction.md says why); named here so
+                           the run stops with that reason, not MindSpeed-RL's "unknown key"
 ``verifier_function``      also ``rlhf_ext:NAME`` (an rlhf_ext reward or preset), weights as usual;
                            rlhf_ext rewards grade with a per-sample timeout of
                            ``verifier_timeout`` seconds (a MindSpeed-RL key it never reads)
@@ -68,6 +72,9 @@ NEW_KEYS = ("adv_estimator_options", "policy_loss_type", "loss_agg_mode", "loss_
             "policy_loss_options", "top_entropy_quantile", "off_policy_mask_threshold", "mask_truncated_completions")
 # The loss options the plugin sets from MindSpeed-RL's own clip keys (not allowed in policy_loss_options).
 CLIP_OPTIONS = ("eps_low", "eps_high", "clip_ratio_low", "clip_ratio_high")
+# The OpenRLHF-side names of issue 23's correction (patches/openrlhf/rollout_correction.py).
+ROLLOUT_CORRECTION_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
+                           "rollout_rs_threshold", "rollout_correction_bypass")
 DEFAULT_KL_CLIP = (-10.0, 10.0)  # MindSpeed-RL's hard-coded clamp of low_var_kl
 
 
@@ -293,6 +300,26 @@ def check_token_masks(ours: Mapping[str, Any], source: Mapping[str, Any]) -> Dic
     return out
 
 
+def check_rollout_correction(source: Dict[str, Any]) -> None:
+    """Pop the rollout-correction keys; any of them switched on is a :class:`ConfigError` saying why.
+
+    MindSpeed-RL 2.1.0's vLLM engine computes the sampled tokens' log-probs, but
+    ``ActorRolloutHybrid.generate_sequences`` keeps only the token ids, no transfer-dock column carries
+    log-probs to the actor, and they are vLLM's pre-temperature ``raw_logprobs``
+    (docs/rollout_correction.md, "MindSpeed-RL 2.1.0: not wired, and why"). A run asking for
+    correction would otherwise train uncorrected, or stop on MindSpeed-RL's bare "unknown key".
+    """
+    given = {key: _plain(source.pop(key)) for key in ROLLOUT_CORRECTION_KEYS if key in source}
+    on = sorted(key for key, value in given.items() if value is not None and value is not False)
+    if on:
+        raise ConfigError(
+            f"rl_config.{on[0]}: rollout/training mismatch correction is not available on MindSpeed-RL 2.1.0: "
+            "its vLLM engine's sampled-token log-probs are dropped by ActorRolloutHybrid.generate_sequences, no "
+            "transfer-dock column carries them to the actor loss, and they are pre-temperature raw_logprobs; see "
+            "docs/rollout_correction.md ('MindSpeed-RL 2.1.0: not wired, and why'); use OpenRLHF or verl with "
+            "rlhf_ext for corrected training")
+
+
 def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str, Any]]:
     """Split the rlhf_ext keys off an ``rl_config`` dict and validate every value rlhf_ext extends.
 
@@ -300,6 +327,7 @@ def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str
     Values not given take RLConfig 2.1.0's defaults for the checks.
     """
     source = dict(config_dict or {})
+    check_rollout_correction(source)
     ours = {key: source.pop(key) for key in NEW_KEYS if key in source}
     ours = {k: (_plain(v)) for k, v in ours.items()}
     estimator = source.get("adv_estimator", "group_norm")

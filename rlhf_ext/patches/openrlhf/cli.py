@@ -24,7 +24,7 @@ from typing import Dict
 
 # Only light imports here: the argparse hook is installed at interpreter start-up; rlhf_ext.algorithms
 # (torch) loads when OpenRLHF's parser is actually used.
-from . import compat, loss_masks, mismatch
+from . import compat, loss_masks, mismatch, rollout_correction
 from .config import (
     ADVANTAGE_INPUTS,
     OPENRLHF_ESTIMATORS,
@@ -159,6 +159,7 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     mismatch.add_arguments(group)
     loss_masks.add_arguments(group)
+    rollout_correction.add_arguments(group)
     group.add_argument(
         "--rlhf_ext.run_dir", default=None, metavar="DIR",
         help="run record directory: config.json, metrics.jsonl (one line per global step), events.jsonl, "
@@ -256,10 +257,6 @@ def finalize(namespace) -> Dict[str, str]:
         if loss_options:
             raise ValueError(f"--actor.policy_loss_option applies to registered losses, not OpenRLHF's {loss_type!r}")
     else:
-        if _ns(namespace, "algo.advantage.is_correction_level", "off") != "off":
-            raise ValueError(
-                f"--algo.advantage.is_correction_level is implemented only for OpenRLHF's own losses, not {loss_type!r}"
-            )
         low_high = _ns(namespace, "actor.eps_clip_low_high")
         eps = _ns(namespace, "actor.eps_clip", 0.2)
         candidates = loss_candidates(low_high[0] if low_high else eps, low_high[1] if low_high else eps,
@@ -294,6 +291,7 @@ def finalize(namespace) -> Dict[str, str]:
         _ns(namespace, "reward.grader_workers"),
     )
     setattr(namespace, "reward.remote_url", remote_url)
+    env.update(rollout_correction.finalize(namespace))  # before mismatch: it may switch the log-probs on
     env.update(mismatch.finalize(namespace))
     _warn_binary_estimator_on_shaped_reward(estimator, _ns(namespace, "algo.advantage.input", "reward"), env)
     _refuse_components_without_reward(estimator, env)

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from .config import setting
+
+if TYPE_CHECKING:  # the CLI side of this module runs at start-up in every process: no torch there
+    import torch
 
 ENTROPY_FLAG = "--rlhf_ext.top_entropy_quantile"
 TRUNCATED_FLAG = "--rlhf_ext.mask_truncated_completions"
@@ -78,7 +79,7 @@ class _Pending:
     def __init__(self, quantile, truncated, threshold):
         self.quantile, self.threshold = quantile, threshold
         self.truncated = truncated
-        self.entropy: Optional[torch.Tensor] = None
+        self.entropy: Optional["torch.Tensor"] = None
 
 
 def _settings(args):
@@ -118,8 +119,12 @@ def micro_batch(trainer, experience):
             handle.remove()
 
 
-def token_keep(loss_fn, log_probs, old_log_probs, rollout_log_probs, advantages, action_mask) -> Optional[torch.Tensor]:
+def token_keep(
+    loss_fn, log_probs, old_log_probs, rollout_log_probs, advantages, action_mask
+) -> Optional["torch.Tensor"]:
     """The bool ``[B, T]`` mask of tokens that keep their policy loss, or None (no knob on)."""
+    import torch
+
     from rlhf_ext.algorithms import off_policy_sequence_mask, top_entropy_mask, truncated_completion_mask
 
     pending = getattr(loss_fn, "pending_masks", None)

@@ -254,6 +254,9 @@ def make_make_experience_batch(original, module=None):
             return experiences
         state = self.__dict__.setdefault(STATE_ATTR, _State())
         state.batches += 1
+        from .rollout_correction import inject_test_mismatch
+
+        inject_test_mismatch(experiences, state.batches)  # tests only (RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE)
         try:
             metrics = step_metrics(experiences)
         except ValueError as exc:  # NaN log-probs: the run's own checks report those; the metric says why it is absent

@@ -31,12 +31,15 @@ from typing import Dict, Optional
 
 import torch
 
-from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, only_metrics, ppo_clip_fractions
+from rlhf_ext.algorithms import (LOSS_AGG_MODES, aggregate_loss, get_policy_loss, only_metrics, openrlhf_correction,
+                                 ppo_clip_fractions)
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
 from . import loss_masks
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
 from .updates import record_micro_batch
+from .rollout_correction import METRIC_PREFIX as ROLLOUT_METRIC_PREFIX
+from .rollout_correction import configure as configure_rollout_correction, corrected_loss
 
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 # what forward returns to OpenRLHF whatever --rlhf_ext.step_metrics says: its clip_ratio (the sum of the
@@ -83,6 +86,7 @@ def make_policy_loss_class(base, module=None):
             # --rlhf_ext.step_metrics: the split clip fractions of OpenRLHF's losses, a registered loss's own metrics
             self.side_metrics = True
             self._registered_fn = None
+            self.rollout_correction = None  # (RolloutCorrection, bypass) for registered losses
 
         def configure(self, mode: str, *, max_len: Optional[int] = None, options: Optional[Dict] = None,
                       side_metrics: bool = True):
@@ -108,11 +112,10 @@ def make_policy_loss_class(base, module=None):
                 self._registered_fn = None
                 return self
             self._registered_fn = get_policy_loss(self.policy_loss_type)
-            if self.is_correction_level != "off":
-                raise ValueError(
-                    f"policy loss {self.policy_loss_type!r}: --algo.advantage.is_correction_level is implemented "
-                    "only for OpenRLHF's own 'ppo' loss"
-                )
+            if self.is_correction_level != "off":  # OpenRLHF's flags, same meaning (.rollout_correction)
+                self.rollout_correction = (openrlhf_correction(
+                    self.is_correction_level, self.is_correction_mode, self.is_correction_gating,
+                    self.is_correction_threshold), False)
             candidates = loss_candidates(self.clip_eps_low, self.clip_eps_high, self.dual_clip)
             self._call_kwargs = {**_accepted_kwargs(self._registered_fn, candidates), **self.loss_options}
             return self
@@ -174,11 +177,17 @@ def make_policy_loss_class(base, module=None):
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
-            rows = (log_probs, old_log_probs, advantages, action_mask, token_keep)
+            rows = (log_probs, old_log_probs, advantages, action_mask, token_keep, rollout_log_probs)
             if n_keep < keep.numel():  # every row has tokens (the usual case): the tensors as they are
                 rows = tuple(None if t is None else t[keep] for t in rows)
+            vllm_kl = filter_ratio = None
             with only_metrics(None if self.side_metrics else HOST_METRICS):
-                per_token, metrics = self._registered_fn(*rows[:4], **self._call_kwargs)
+                if self.rollout_correction is not None:
+                    per_token, metrics, vllm_kl, filter_ratio = corrected_loss(
+                        self._registered_fn, self._call_kwargs, self.rollout_correction, *rows[:4], rows[5],
+                    )  # fmt: skip
+                else:
+                    per_token, metrics = self._registered_fn(*rows[:4], **self._call_kwargs)
             if token_keep is not None:
                 per_token = torch.where(rows[4], per_token, per_token.new_zeros(()))
             num_tokens = batch_num_tokens if global_batch_size is not None else None
@@ -190,7 +199,9 @@ def make_policy_loss_class(base, module=None):
                 num_seqs=num_seqs,
                 max_len=self._max_len(action_mask),
             ) * scale
-            self.last_metrics = {k: v.detach() for k, v in metrics.items()} if self.side_metrics else {}
+            # step_metrics off: none of the loss's own metrics (the rollout correction's stay, as before)
+            self.last_metrics = {k: v.detach() for k, v in metrics.items()
+                                 if self.side_metrics or k.startswith(ROLLOUT_METRIC_PREFIX)}
             clip_ratio = sum(
                 (metrics[k] for k in ("clip_frac_low", "clip_frac_high") if k in metrics),
                 torch.zeros((), device=log_probs.device),
@@ -199,7 +210,7 @@ def make_policy_loss_class(base, module=None):
             if ppo_kl is None:  # a loss without the metric: OpenRLHF's own formula
                 m = action_mask.to(log_probs.dtype)
                 ppo_kl = ((old_log_probs - log_probs) * m).sum().detach() / m.sum()
-            return loss, clip_ratio.detach(), ppo_kl.detach(), None, None
+            return loss, clip_ratio.detach(), ppo_kl.detach(), vllm_kl, filter_ratio
 
         def _max_len(self, action_mask) -> float:
             return float(self.loss_agg_max_len if self.loss_agg_max_len is not None else action_mask.shape[-1])
@@ -249,6 +260,12 @@ def configure_from_args(loss_fn, args) -> None:
     max_len, _ = loss_agg_max_len(args)
     loss_fn.configure(loss_agg_mode(args), max_len=max_len, options=policy_loss_options(args),
                       side_metrics=step_metrics(args))
+    configure_rollout_correction(loss_fn, args, registered_call_kwargs)
+
+
+def registered_call_kwargs(loss_fn, fn) -> Dict[str, object]:
+    """The options ``loss_fn``'s OpenRLHF settings (clip bounds, dual clip) give the registered loss ``fn``."""
+    return _accepted_kwargs(fn, loss_candidates(loss_fn.clip_eps_low, loss_fn.clip_eps_high, loss_fn.dual_clip))
 
 
 def make_trainer_init(original, module=None):

@@ -21,6 +21,9 @@ where (``verl.trainer.ppo.core_algos``)     what                                
 ``ray_trainer.compute_advantage`` (patched) ``rlhf_ext_optimal_token_baseline`` gets the  driver (advantages)
                                             inputs verl gives its own OTB
                                             (:mod:`.token_baseline`)
+``rollout_corr_helper.compute_rollout_``    rlhf_ext's rollout-correction modes under     driver
+``correction_and_add_to_batch`` (patched;   verl's ``algorithm.rollout_correction`` keys
+verl's own values pass through untouched)   (:mod:`.rollout_correction`)
 ==========================================  ===========================================  ==================
 
 Registration happens when ``core_algos`` is imported (a post-import hook), so ``import verl`` in a
@@ -61,6 +64,7 @@ logger = logging.getLogger("rlhf_ext.verl")
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
 VERL_CONFIG = "verl.utils.config"
 RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+ROLLOUT_CORR_HELPER = "verl.trainer.ppo.rollout_corr_helper"
 
 # name in core_algos -> the parameter list this glue was written against (None: must exist).
 ADVANTAGE_SEAMS = {
@@ -254,6 +258,7 @@ def activate() -> None:
     import_hooks.when_imported(CORE_ALGOS, _on_core_algos)
     import_hooks.when_imported(VERL_CONFIG, _on_verl_config)
     import_hooks.when_imported(RAY_TRAINER, _on_ray_trainer)
+    import_hooks.when_imported(ROLLOUT_CORR_HELPER, _on_rollout_corr_helper)
 
 
 def _on_ray_trainer(module) -> None:
@@ -286,6 +291,16 @@ def _on_verl_config(module) -> None:
 _config_original = []
 
 
+def _on_rollout_corr_helper(module) -> None:
+    """Post-import hook: rlhf_ext's rollout-correction modes under verl's keys (:mod:`.rollout_correction`)."""
+    from .rollout_correction import patch
+
+    try:
+        patch(module)
+    except Exception as exc:
+        logger.error("rlhf_ext: %s", exc)
+
+
 def deactivate() -> None:
     """Remove rlhf_ext's names from verl's registries and undo the KL patch (tests only)."""
     import sys
@@ -293,7 +308,13 @@ def deactivate() -> None:
     import_hooks.clear(CORE_ALGOS)
     import_hooks.clear(VERL_CONFIG)
     import_hooks.clear(RAY_TRAINER)
+    import_hooks.clear(ROLLOUT_CORR_HELPER)
     _active.clear()
+    helper = sys.modules.get(ROLLOUT_CORR_HELPER)
+    if helper is not None:
+        from .rollout_correction import unpatch
+
+        unpatch(helper)
     unpatch_kl()
     for patched_module, original in _config_original:
         setattr(patched_module, original.__name__, original)

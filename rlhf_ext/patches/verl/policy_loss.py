@@ -14,8 +14,9 @@ expecting ``(scalar loss, {metric: float})``. This adapter:
    ``ppo_kl_coef`` from ``actor.policy_loss`` (options verl has no key for, e.g. VESPO's
    ``vespo_k_pos``, keep their defaults);
 2. computes the per-token loss with the rlhf_ext function (formulas and papers in
-   :mod:`rlhf_ext.algorithms.policy_losses`), multiplied by verl's rollout-correction weights when
-   given, as verl's own losses do;
+   :mod:`rlhf_ext.algorithms.policy_losses`) on the rows that have tokens (verl's rollout-correction
+   rejection empties whole rows of ``response_mask``; they contribute zero), multiplied by verl's
+   rollout-correction weights when given, as verl's own losses do;
 3. reduces it with verl's own ``agg_loss`` and the actor's ``global_batch_info`` (data-parallel
    size, global token and sequence counts) and ``loss_scale_factor``, so every verl aggregation
    mode (``token-mean``, ``token-sum``, ``seq-mean-token-sum``, ``seq-mean-token-mean``,
@@ -108,8 +109,18 @@ def make_verl_policy_loss(name: str, loss: Callable, agg_loss: Callable) -> Call
                          response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config: Optional[Any] = None,
                          rollout_is_weights: Optional[torch.Tensor] = None):
         options = loss_options(config, loss)
+        mask = response_mask.bool()
+        # verl's rollout-correction rejection can empty whole rows of the mask; the loss sees the
+        # others, and an emptied row contributes a zero term (verl's own losses: masked out)
+        keep = mask.any(dim=-1)
         try:
-            per_token, metrics = loss(log_prob, old_log_prob, advantages, response_mask.bool(), **options)
+            if bool(keep.all()):
+                per_token, metrics = loss(log_prob, old_log_prob, advantages, mask, **options)
+            elif bool(keep.any()):
+                part, metrics = loss(log_prob[keep], old_log_prob[keep], advantages[keep], mask[keep], **options)
+                per_token = (log_prob * 0).index_put((keep.nonzero(as_tuple=True)[0],), part)
+            else:
+                per_token, metrics = log_prob * 0, {}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"policy loss 'rlhf_ext_{name}' failed (options from the actor config: "
                              f"{options}): {exc}") from exc
