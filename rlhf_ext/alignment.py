@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from rlhf_ext.cli.argtypes import positive_float as _positive_float
+from rlhf_ext.jsonfiles import iter_jsonl
 from rlhf_ext.cli.argtypes import positive_int as _positive_int
 
 ROLLOUT_SETTINGS = {
@@ -75,19 +76,12 @@ class Rollout:
 def load_prompts(path: Path, input_key: str, limit: int) -> List[str]:
     """The first ``limit`` prompts of a JSONL file (``input_key`` of each object)."""
     prompts: List[str] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get(input_key), str):
-                raise ValueError(f"{path}:{lineno}: expected an object with a string {input_key!r} field")
-            prompts.append(row[input_key])
-            if len(prompts) >= limit:
-                break
+    for lineno, row in iter_jsonl(path, ValueError, complaint="not JSON"):
+        if not isinstance(row, dict) or not isinstance(row.get(input_key), str):
+            raise ValueError(f"{path}:{lineno}: expected an object with a string {input_key!r} field")
+        prompts.append(row[input_key])
+        if len(prompts) >= limit:
+            break
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts

@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from . import jsonfiles
+from .jsonfiles import atomic_writer
+
 SCHEMA_PREFIX = "rlhf_ext.run/"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
@@ -188,15 +191,10 @@ def read_metrics(path: os.PathLike) -> List[Dict[str, Any]]:
 
 
 def rewrite_jsonl(path: os.PathLike, records: Iterable[Mapping[str, Any]]) -> None:
-    """Replace ``path`` atomically (temp file + rename) with ``records``."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    """Replace ``path`` atomically (:func:`rlhf_ext.jsonfiles.atomic_writer`) with ``records``."""
+    with atomic_writer(path, binary=True) as f:
         for rec in records:
             f.write(_json_line(rec))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def truncate_metrics_after(path: os.PathLike, step: int) -> int:
@@ -212,10 +210,8 @@ def truncate_metrics_after(path: os.PathLike, step: int) -> int:
 
 
 def write_json_atomic(path: os.PathLike, obj: Any) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    """``config.json`` / ``incident.json``: strict JSON (no NaN), replaced atomically."""
+    jsonfiles.write_json_atomic(path, obj, indent=2, default=str, allow_nan=False)
 
 
 def event_record(event: str, step: Optional[int], **fields: Any) -> Dict[str, Any]:
