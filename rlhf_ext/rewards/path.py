@@ -24,6 +24,11 @@ def verl_reward_file_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_reward.py")
 
 
+def is_short_form(url: Optional[str]) -> bool:
+    """Whether ``url`` is the plugin's short form (``rlhf_ext`` or ``rlhf_ext:<spec>``), not a real URL or path."""
+    return isinstance(url, str) and (url == "rlhf_ext" or url.startswith(SHORT_FORM_PREFIX))
+
+
 def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
     """Expand the plugin's short form of ``--reward.remote_url``.
 
@@ -37,7 +42,7 @@ def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
         raise ValueError(f"remote_url must be a string, got {type(url).__name__}")
     if url == "rlhf_ext":
         return reward_file_path(), {}
-    if not url.startswith(SHORT_FORM_PREFIX):
+    if not is_short_form(url):
         return url, {}
     spec = url[len(SHORT_FORM_PREFIX):].strip()
     if not spec:
