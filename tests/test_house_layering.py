@@ -185,3 +185,9 @@ def test_every_import_of_an_rlhf_ext_module_names_one_that_exists():
                     if alias.name.split(".")[0] == "rlhf_ext" and alias.name not in MODULES:
                         missing.append(f"{module}:{node.lineno} imports {alias.name}")
     assert not missing, missing
+
+
+def test_nothing_imports_the_cli_from_below():
+    """The ``rlhf-ext`` command is the top floor: tools it dispatches to (``alignment``, ``data.cli``)
+    take shared pieces such as the argument types from below (``rlhf_ext.argtypes``), never from it."""
+    assert _importers_of("rlhf_ext.cli") == {}
