@@ -61,6 +61,7 @@ def test_reward_file_verl_matches_the_module_entrance(capsys):
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["reward-file"]
 
     def flags(parser):
-        return sorted((tuple(a.option_strings), a.help) for a in parser._actions if a.option_strings and a.dest != "help")
+        return sorted((tuple(a.option_strings), a.help) for a in parser._actions
+                      if a.option_strings and a.dest != "help")
 
     assert flags(sub) == flags(module_parser)

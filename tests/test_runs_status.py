@@ -80,7 +80,8 @@ def test_numbered_reader_warns_about_bad_lines_but_not_a_torn_tail(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b'{"event": "start"}\n[1, 2]\n{bad\n\n{"event": "end", "status": "finished"}\n{"event": "e')
     warnings = []
-    assert runs.read_jsonl_numbered(path, warnings) == [(1, {"event": "start"}), (5, {"event": "end", "status": "finished"})]
+    assert runs.read_jsonl_numbered(path, warnings) == [(1, {"event": "start"}),
+                                                        (5, {"event": "end", "status": "finished"})]
     assert len(warnings) == 2 and "line 2" in warnings[0] and "line 3" in warnings[1]
     assert runs.read_jsonl(path) == [{"event": "start"}, {"event": "end", "status": "finished"}]
     assert runs.read_jsonl(tmp_path / "missing.jsonl") == []

@@ -14,7 +14,7 @@ MindSpeed-RL clamp the log ratio to [-20, 20] and k3 to [-10, 10], TRL does not 
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 

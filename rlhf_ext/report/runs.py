@@ -28,7 +28,8 @@ import numpy as np
 
 # the format's names, re-exported under the names the report's modules use
 from ..runs import CONFIG as CONFIG_FILE
-from ..runs import END_STATUSES, RUNNING, SCHEMA_PREFIX, SCHEMA_VERSION, UNKNOWN, read_jsonl_numbered, run_status
+from ..runs import END_STATUSES, RUNNING  # noqa: F401  (re-exported: report.headline uses RUNNING)
+from ..runs import SCHEMA_PREFIX, SCHEMA_VERSION, UNKNOWN, read_jsonl_numbered, run_status
 from ..runs import EVENTS as EVENTS_FILE
 from ..runs import INCIDENT as INCIDENT_FILE
 from ..runs import METRICS as METRICS_FILE
