@@ -402,7 +402,9 @@ class Side:
         if seam == "advantages":
             return self.maker.compute_advantages_and_returns(prepared)
         if seam == "reward_extraction":
-            exps = [self.sg.SamplesGenerator._process_response_into_experience(None, r, max_len=10**9)
+            # a bare object for ``self`` (the method reads nothing from it; the patched one looks in its __dict__)
+            generator = argparse.Namespace()
+            exps = [self.sg.SamplesGenerator._process_response_into_experience(generator, r, max_len=10**9)
                     for r in self.responses]
             return [self.em.Experience.concat_experiences([exps[i] for i in b], 0) for b in self.rollout_batches]
         if seam == "actor_step":

@@ -12,6 +12,7 @@ A map of the package. The subpackages are the product:
 * :mod:`rlhf_ext.evalkit` -- benchmark evaluation on vLLM.
 * :mod:`rlhf_ext.data`, :mod:`rlhf_ext.queue`, :mod:`rlhf_ext.report` -- data tools between stages,
   suites of runs one at a time, the offline comparison page.
+* :mod:`rlhf_ext.alignment` -- ``rlhf-ext alignment``: do vLLM and the training forward agree?
 
 Modules at the top level are shared by several of those, or are one tool each:
 
@@ -19,7 +20,8 @@ Modules at the top level are shared by several of those, or are one tool each:
 * :mod:`rlhf_ext.runs` -- the run-record format, written by the OpenRLHF glue, read by report and the CLI.
 * :mod:`rlhf_ext.supervision` -- watching a training command (dead actors, leftover processes), for
   the queue and the smoke tour.
-* :mod:`rlhf_ext.alignment` -- ``rlhf-ext alignment``: do vLLM and the training forward agree?
+* :mod:`rlhf_ext.jsonfiles` -- atomic JSON writes and the strict JSONL reader every tool shares.
+* :mod:`rlhf_ext.argtypes` -- the argument types the tools and the ``rlhf-ext`` command share.
 
 Entrances: :mod:`rlhf_ext.cli` is the ``rlhf-ext`` command (one subcommand per tool), and
 :mod:`rlhf_ext.tours` holds the runnable tours (``python -m rlhf_ext.tours.smoke``, ``.demo``,

@@ -19,9 +19,14 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-SCHEMA = "rlhf_ext.run/1"
+from . import jsonfiles
+from .jsonfiles import atomic_writer
+
+SCHEMA_PREFIX = "rlhf_ext.run/"
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
 CONFIG, METRICS, EVENTS, INCIDENT = "config.json", "metrics.jsonl", "events.jsonl", "incident.json"
 
 OPENRLHF_PREFIXES = ("train/", "rollout/", "timing/", "eval/")
@@ -30,6 +35,8 @@ KEPT_PREFIXES = OPENRLHF_PREFIXES + OWN_PREFIXES
 RESERVED_KEYS = ("step", "time", "elapsed_s", "nonfinite")
 
 END_STATUSES = ("finished", "stopped_by_guard", "crashed")
+RUNNING = "running"
+UNKNOWN = "unknown"
 
 
 def metric_name(key: str) -> str:
@@ -139,23 +146,39 @@ def repair_tail(path: os.PathLike) -> bool:
     return True
 
 
-def read_jsonl(path: os.PathLike) -> List[Dict[str, Any]]:
-    """Every complete JSON object line of ``path`` (missing file: []); a torn or unparsable line is skipped."""
+def read_jsonl_numbered(path: os.PathLike, warnings: Optional[List[str]] = None) -> List[Tuple[int, Dict[str, Any]]]:
+    """``(line number, object)`` of every complete JSON object line of ``path`` (missing file: []).
+
+    A torn last line (a writer killed mid-line) is dropped silently: the format allows it. Any
+    other line that is not a JSON object is dropped too, with a note in ``warnings`` naming it.
+    """
     path = Path(path)
     if not path.exists():
         return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    torn_tail = not data.endswith(b"\n")
     out = []
-    with open(path, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                break  # torn last line of a killed writer
-            try:
-                obj = json.loads(raw)
-            except ValueError:
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError
+            if torn_tail and lineno == len(lines):
                 continue
-            if isinstance(obj, dict):
-                out.append(obj)
+            if warnings is not None:
+                warnings.append(f"{path.name} line {lineno} is not a JSON object ({exc}); skipped")
+            continue
+        out.append((lineno, obj))
     return out
+
+
+def read_jsonl(path: os.PathLike) -> List[Dict[str, Any]]:
+    """Every complete JSON object line of ``path`` (missing file: []); a torn or unparsable line is skipped."""
+    return [obj for _, obj in read_jsonl_numbered(path)]
 
 
 def read_metrics(path: os.PathLike) -> List[Dict[str, Any]]:
@@ -168,15 +191,10 @@ def read_metrics(path: os.PathLike) -> List[Dict[str, Any]]:
 
 
 def rewrite_jsonl(path: os.PathLike, records: Iterable[Mapping[str, Any]]) -> None:
-    """Replace ``path`` atomically (temp file + rename) with ``records``."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    """Replace ``path`` atomically (:func:`rlhf_ext.jsonfiles.atomic_writer`) with ``records``."""
+    with atomic_writer(path, binary=True) as f:
         for rec in records:
             f.write(_json_line(rec))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def truncate_metrics_after(path: os.PathLike, step: int) -> int:
@@ -192,10 +210,8 @@ def truncate_metrics_after(path: os.PathLike, step: int) -> int:
 
 
 def write_json_atomic(path: os.PathLike, obj: Any) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    """``config.json`` / ``incident.json``: strict JSON (no NaN), replaced atomically."""
+    jsonfiles.write_json_atomic(path, obj, indent=2, default=str, allow_nan=False)
 
 
 def event_record(event: str, step: Optional[int], **fields: Any) -> Dict[str, Any]:
@@ -215,15 +231,32 @@ def event_record(event: str, step: Optional[int], **fields: Any) -> Dict[str, An
 # --- reading a run directory --------------------------------------------------------------------
 
 
-def run_status(events: List[Mapping[str, Any]]) -> Tuple[str, Optional[int]]:
-    """(status, exit code) from ``events.jsonl``: the last ``end`` after the last start/resume, else running."""
-    status, code = "running", None
-    for ev in events:
-        if ev.get("event") in ("start", "resume"):
-            status, code = "running", None
-        elif ev.get("event") == "end":
-            status, code = str(ev.get("status", "finished")), ev.get("exit_code")
-    return status, code
+def run_status(events: Sequence[Mapping[str, Any]]) -> Tuple[str, Optional[int]]:
+    """(status, exit code) of a run from its ``events.jsonl``: the one rule every reader uses.
+
+    * the last ``end`` event after the last ``start``/``resume``: its status when it is one of
+      :data:`END_STATUSES`, else ``ended (<what it says>)`` (a writer newer than this reader, or a
+      damaged line: shown, never mistaken for a known outcome), with its exit code;
+    * a ``start`` or ``resume`` with no ``end`` after it: ``running`` (or killed too hard to write
+      its end: SIGKILL, the OOM killer);
+    * neither (no events, or only events that say nothing about the process, such as a torn file
+      that lost its start): ``unknown``. A ``config.json`` alone is written before the start event,
+      so it shows only that a run was set up, not that it is running.
+    """
+    last_start = max((i for i, e in enumerate(events) if e.get("event") in ("start", "resume")), default=-1)
+    last_end = max((i for i, e in enumerate(events) if e.get("event") == "end"), default=-1)
+    if last_start < 0 and last_end < 0:
+        return UNKNOWN, None
+    if last_start > last_end:
+        return RUNNING, None
+    end = events[last_end]
+    status = end.get("status")
+    code = end.get("exit_code")
+    ok, number = _number(code)
+    code = int(number) if ok and code is not None and math.isfinite(number) else None
+    if status in END_STATUSES:
+        return str(status), code
+    return f"ended ({status if status is not None else 'no status'})", code
 
 
 KEY_METRICS = (

@@ -106,7 +106,7 @@ def test_centred_estimators_sum_to_zero_per_group(rows):
 # ---- passk --------------------------------------------------------------------------------
 
 def test_passk_reference_case():
-    # REFERENCE.md section 3: N=8, c=2, k=4 -> A_pos = 0.522, A_neg = -0.174
+    # Pass@k Training (arXiv 2508.10751), its analytic advantages: N=8, c=2, k=4 -> A_pos = 0.522, A_neg = -0.174
     a = passk(T([[1.0, 1, 0, 0, 0, 0, 0, 0]]), k=4)
     assert abs(a[0, 0].item() - 0.522) < 5e-4
     assert abs(a[0, 2].item() + 0.174) < 5e-4

@@ -113,3 +113,26 @@ def test_overlong_penalty_bad_input():
         overlong_penalty([1], 0, 0)
     with pytest.raises(ValueError, match=">= 0"):
         overlong_penalty([-1], 100, 10)
+
+
+def test_one_kl_clip_rule_for_every_host():
+    from rlhf_ext.algorithms import parse_kl_clip
+    from rlhf_ext.patches.openrlhf.config import normalize_kl_clip
+    from rlhf_ext.patches.verl.names import parse_kl_clip as verl_kl_clip
+
+    for off in (None, "none", " NONE ", ["none"]):
+        assert parse_kl_clip(off) is None
+    assert parse_kl_clip(["-1", 2]) == (-1.0, 2.0) and parse_kl_clip((-1, 2)) == (-1.0, 2.0)
+    assert parse_kl_clip("-1,2", split_text=True) == parse_kl_clip("-1 2", split_text=True) == (-1.0, 2.0)
+    with pytest.raises(ValueError, match="pair"):
+        parse_kl_clip("-1,2")  # one string is one value unless the setting is a text (an env variable)
+    with pytest.raises(ValueError, match="lo < hi"):
+        parse_kl_clip([float("nan"), 1.0])
+    # each host names its own setting, the rule is the same
+    for bad, words in (([2, 1], "LO < HI"), (["a", "b"], "two numbers"), ([1, 2, 3], "pair")):
+        for parse, name in ((normalize_kl_clip, "--algo.kl.clip"), (verl_kl_clip, "RLHF_EXT_VERL_KL_CLIP"),
+                            (parse_kl_clip, "KL clip")):
+            value = ",".join(map(str, bad)) if parse is verl_kl_clip else bad
+            with pytest.raises(ValueError, match=name) as info:
+                parse(value)
+            assert words.lower() in str(info.value).lower()

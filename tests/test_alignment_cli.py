@@ -98,3 +98,19 @@ def test_compare_refuses_misaligned_token_counts():
     table = format_table([{"rollout": "bfloat16", "train_dtype": "float32", "stats": stats}])
     assert table.splitlines()[1].split()[:2] == ["bfloat16", "float32"] and table.splitlines()[1].split()[-1] == "2"
     assert torch.isfinite(torch.tensor(stats["k3_kl"]))
+
+
+def test_both_entrances_are_the_same_command():
+    """``python -m rlhf_ext.alignment`` (the package's ``__main__``) and ``rlhf-ext alignment`` share flags and docs."""
+    import rlhf_ext.alignment as alignment
+    from rlhf_ext.cli import main as cli_main
+
+    out = subprocess.run([sys.executable, "-m", "rlhf_ext.alignment", "--help"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "usage: python -m rlhf_ext.alignment" in out.stdout and "--train-dtype" in out.stdout
+    assert "do vLLM and the training forward agree" in out.stdout  # the package's docstring is the description
+    with pytest.raises(SystemExit) as err:
+        cli_main(["alignment", "--help"])
+    assert err.value.code == 0
+    assert callable(alignment.run) and callable(alignment.add_arguments)

@@ -41,3 +41,27 @@ def test_reward_file_prints_an_existing_path(capsys):
     assert path.endswith("openrlhf_reward.py")
     with open(path) as f:
         assert "def reward_func" in f.read()
+
+
+def test_reward_file_verl_matches_the_module_entrance(capsys):
+    import argparse
+
+    from rlhf_ext.cli import build_parser
+    from rlhf_ext.rewards import path as reward_path
+
+    assert main(["reward-file", "--verl"]) == 0
+    shown = capsys.readouterr().out.strip()
+    reward_path.main(["--verl"])
+    assert capsys.readouterr().out.strip() == shown == reward_path.verl_reward_file_path()
+    with open(shown) as f:
+        assert "compute_score" in f.read()
+    # both entrances offer the same flags (the CLI declares them without importing the rewards package)
+    module_parser = argparse.ArgumentParser()
+    reward_path.add_arguments(module_parser)
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["reward-file"]
+
+    def flags(parser):
+        return sorted((tuple(a.option_strings), a.help) for a in parser._actions
+                      if a.option_strings and a.dest != "help")
+
+    assert flags(sub) == flags(module_parser)

@@ -54,3 +54,12 @@ def test_data_filter_rejects_a_fraction_outside_0_1(tmp_path, capsys):
         parser.parse_args(["data", "filter", str(tmp_path), "--max-truncated", "2", "--output", "x.jsonl"])
     assert exc.value.code == 2
     assert "--max-truncated: expected a number in [0, 1], got 2.0" in capsys.readouterr().err
+
+
+def test_the_types_live_below_the_tools_and_the_old_path_still_works():
+    import rlhf_ext.argtypes as ground
+    from rlhf_ext.cli.argtypes import port, positive_float, positive_int, positive_seconds, probability
+
+    assert (port, positive_float, positive_int, positive_seconds, probability) == \
+        (ground.port, ground.positive_float, ground.positive_int, ground.positive_seconds, ground.probability)
+    assert sorted(argtypes.__all__) == sorted(ground.__all__)

@@ -209,7 +209,8 @@ _REFERENCE_CONFIG = [LatexExtractionConfig(boxed_match_priority=0), ExprExtracti
 
 
 def reference(gold: str, response: str) -> bool:
-    """math-verify as its own test suite calls it (REFERENCE.md section 9), on our own generated strings."""
+    """math-verify as its own test suite calls it (tests/test_all.py in huggingface/Math-Verify),
+    on our own generated strings."""
     return without_timeouts(lambda: bool(verify(parse(gold, _REFERENCE_CONFIG), parse(response, _REFERENCE_CONFIG),
                                                 float_rounding=6, strict=True)))
 

@@ -1,6 +1,6 @@
 """Issue 21: grading that holds up against math-verify as its own test suite and lighteval call it.
 
-The reference is real math-verify, called as REFERENCE.md section 9 records
+The reference is real math-verify, called as its own test suite calls it (tests/test_all.py in huggingface/Math-Verify)
 (``parse(x, [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()])`` and
 ``verify(gold, pred, float_rounding=6, strict=True)``): with those defaults it reads every box and
 extracts without an anchor. Ours is the worker's exact code (``grade_response``) in this main thread,

@@ -185,3 +185,21 @@ def test_every_import_of_an_rlhf_ext_module_names_one_that_exists():
                     if alias.name.split(".")[0] == "rlhf_ext" and alias.name not in MODULES:
                         missing.append(f"{module}:{node.lineno} imports {alias.name}")
     assert not missing, missing
+
+
+def test_nothing_imports_the_cli_from_below():
+    """The ``rlhf-ext`` command is the top floor: tools it dispatches to (``alignment``, ``data.cli``)
+    take shared pieces such as the argument types from below (``rlhf_ext.argtypes``), never from it."""
+    assert _importers_of("rlhf_ext.cli") == {}
+
+
+def test_no_tool_imports_the_host_glue():
+    """Host glue is loaded by the hosts (entry points, start-up hooks); a tool that imported it would
+    drag a training framework into a command that needs none."""
+    assert _importers_of("rlhf_ext.patches") == {}
+
+
+@pytest.mark.parametrize("module", ["rlhf_ext.registry", "rlhf_ext.jsonfiles", "rlhf_ext.argtypes",
+                                    "rlhf_ext.throughput", "rlhf_ext.supervision"])
+def test_the_ground_floor_stands_alone(module):
+    assert GRAPH[module] == set(), module

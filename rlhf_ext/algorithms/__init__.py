@@ -32,12 +32,13 @@ from .policy_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
 from .policy_losses_ratio import cispo, clip_cov, dppo_kl, dppo_tv, gmpo, kl_cov, luspo, sapo, vespo
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
-from .kl import abs_kl, k1, k2, k3, k3_bias_corrected, k3_plus, kl_estimate
+from .kl import abs_kl, k1, k2, k3, k3_bias_corrected, k3_plus, kl_estimate, parse_kl_clip
 from .dapo import overlong_penalty, zero_variance_groups
 from .dapo import off_policy_sequence_mask, top_entropy_mask, truncated_completion_mask
 from .preference import nll_loss, simpo_loss, simpo_objective
 from .mismatch import MISMATCH_METRICS, mismatch_stats
 from .checks import deferred_finite_checks
+from .metric_requests import metric_wanted, only_metrics
 from .rollout_correction import (
     IS_LEVELS,
     REJECTION_OPTIONS,
@@ -100,6 +101,7 @@ __all__ = [
     "k2",
     "k3",
     "kl_estimate",
+    "parse_kl_clip",
     "abs_kl",
     "k3_plus",
     "k3_bias_corrected",
@@ -114,6 +116,8 @@ __all__ = [
     "MISMATCH_METRICS",
     "mismatch_stats",
     "deferred_finite_checks",
+    "metric_wanted",
+    "only_metrics",
     "IS_LEVELS",
     "REJECTION_OPTIONS",
     "CorrectionResult",

@@ -56,7 +56,6 @@ def aggregate_loss(
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
     maskb = check_token_inputs(mask, per_token_loss=per_token_loss)
-    m = maskb.to(per_token_loss.dtype)
     # torch.where, not multiplication: padding may hold NaN/Inf and NaN * 0 is NaN.
     masked = torch.where(maskb, per_token_loss, per_token_loss.new_zeros(()))
     num_tokens = _positive(num_tokens, "num_tokens")
@@ -66,9 +65,9 @@ def aggregate_loss(
         num_seqs = float(per_token_loss.shape[0])
 
     if mode == "token-mean":
-        return masked.sum() / (num_tokens if num_tokens is not None else m.sum())
+        return masked.sum() / (num_tokens if num_tokens is not None else maskb.to(per_token_loss.dtype).sum())
     if mode == "seq-mean-token-mean":
-        return (masked.sum(dim=1) / m.sum(dim=1)).sum() / num_seqs
+        return (masked.sum(dim=1) / maskb.to(per_token_loss.dtype).sum(dim=1)).sum() / num_seqs
     if mode == "token-sum":
         return masked.sum()
     if mode == "seq-mean-token-sum":

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -103,6 +103,12 @@ def check_binary(scores: torch.Tensor, estimator: str) -> None:
 
 def check_token_inputs(mask, **tensors) -> torch.Tensor:
     """Check ``[B, T]`` tensors share ``mask``'s shape, are finite on it, and each row has a token."""
+    return check_token_inputs_finite(mask, **tensors)[0]
+
+
+def check_token_inputs_finite(mask, **tensors) -> Tuple[torch.Tensor, bool]:
+    """:func:`check_token_inputs`, also telling whether the tensors are finite everywhere, padding
+    included (then a product with the 0/1 mask zeroes the padding exactly, no ``where`` needed)."""
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"mask must be a tensor, got {type(mask).__name__}")
     if mask.dim() != 2:
@@ -114,9 +120,25 @@ def check_token_inputs(mask, **tensors) -> torch.Tensor:
             raise ValueError(
                 f"shape mismatch: {name} has shape {tuple(t.shape)} but mask has {tuple(mask.shape)}"
             )
-    maskb = mask.bool()
+    maskb = mask if mask.dtype == torch.bool else mask.bool()
     if mask.numel() == 0:
         raise ValueError(f"empty batch: mask has shape {tuple(mask.shape)}")
+    # One host-device synchronisation for the common case: every row has a token and every input is
+    # finite everywhere. A sum is finite only if each of its terms is (NaN and +-Inf propagate; Inf -
+    # Inf is NaN), so a finite total proves there is nothing to report; a non-finite one (a NaN in the
+    # padding, an overflowing sum) takes the exact per-input checks below, which decide as before.
+    rows_ok = maskb.any(dim=1).all()
+    total = None
+    for t in tensors.values():
+        if t.is_complex():  # not covered by the real-valued sum: the exact checks below
+            total = None
+            break
+        if t.is_floating_point():
+            # 16-bit floats summed in float32: 32k log-probabilities overflow float16's range
+            part = t.detach().sum(dtype=torch.float32) if t.element_size() < 4 else t.detach().sum()
+            total = part if total is None else total + part
+    if total is not None and bool(rows_ok & torch.isfinite(total)):
+        return maskb, True
     empty_rows = (~maskb.any(dim=1)).nonzero().flatten()
     if empty_rows.numel():
         raise ValueError(
@@ -125,4 +147,4 @@ def check_token_inputs(mask, **tensors) -> torch.Tensor:
         )
     for name, t in tensors.items():
         check_finite(t.detach(), name, maskb)
-    return maskb
+    return maskb, False

@@ -14,7 +14,7 @@ MindSpeed-RL clamp the log ratio to [-20, 20] and k3 to [-10, 10], TRL does not 
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -89,19 +89,44 @@ def k3_bias_corrected(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, old_
     return k3(log_probs, ref_log_probs) * torch.exp(log_probs - old_log_probs)
 
 
-def _check_clip(clip) -> Optional[Tuple[float, float]]:
-    if clip is None:
+def parse_kl_clip(value, *, setting: str = "KL clip", form: str = "(lo, hi)", bounds: Tuple[str, str] = ("lo", "hi"),
+                  split_text: bool = False) -> Optional[Tuple[float, float]]:
+    """The one rule for a KL value-clamp setting, whichever host it comes from.
+
+    ``None``, ``"none"`` (any case) or ``["none"]`` -> None (no clamp); two numbers (or numeric
+    strings) with lo < hi -> ``(lo, hi)``. A string is one value unless ``split_text`` (an
+    environment variable such as ``"-5,5"`` or ``"-5 5"``). A bad value raises ``ValueError``
+    naming ``setting`` in the words its documentation uses (``form``: how to write it,
+    ``bounds``: what the two numbers are called there).
+    """
+    if value is None:
         return None
-    if isinstance(clip, str):
-        if clip.lower() == "none":
+    if isinstance(value, str):
+        if value.strip().lower() == "none":
             return None
-        raise ValueError(f"KL clip must be (lo, hi) or None/'none', got {clip!r}")
-    if not isinstance(clip, Sequence) or len(clip) != 2:
-        raise ValueError(f"KL clip must be a pair (lo, hi), got {clip!r}")
-    lo, hi = float(clip[0]), float(clip[1])
-    if not lo < hi:
-        raise ValueError(f"KL clip needs lo < hi, got ({lo}, {hi})")
+        parts = value.replace(",", " ").split() if split_text else [value]
+        shown = repr(value)
+    else:
+        try:
+            parts = list(value)
+        except TypeError:
+            raise ValueError(f"{setting} must be a pair {form} or 'none', got {value!r}") from None
+        if len(parts) == 1 and str(parts[0]).strip().lower() == "none":
+            return None
+        shown = repr(" ".join(map(str, parts)))
+    if len(parts) != 2:
+        raise ValueError(f"{setting} must be a pair {form} or 'none', got {shown}")
+    try:
+        lo, hi = float(parts[0]), float(parts[1])
+    except (TypeError, ValueError):
+        raise ValueError(f"{setting} must be two numbers {form} or 'none', got {shown}") from None
+    if not lo < hi:  # NaN fails this too
+        raise ValueError(f"{setting} needs {bounds[0]} < {bounds[1]}, got {shown}")
     return lo, hi
+
+
+def _check_clip(clip) -> Optional[Tuple[float, float]]:
+    return parse_kl_clip(clip)
 
 
 def kl_estimate(

@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .checks import check_token_inputs
+from .metric_requests import metric_wanted
 from .registry import register_policy_loss
 
 Metrics = Dict[str, torch.Tensor]
@@ -25,8 +26,23 @@ def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, x, x.new_zeros(()))
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (_masked(x, mask).sum() / mask.sum()).detach()
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor, count: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Mean of ``x`` over ``mask``; ``count``: ``mask.sum()`` when the caller already has it."""
+    return (_masked(x, mask).sum() / (mask.sum() if count is None else count)).detach()
+
+
+def _masked_frac(flag: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Fraction of the ``mask`` tokens (``count`` of them) where the boolean ``flag`` holds: the value of
+    ``_masked_mean(flag.float(), mask, count)``, counted on the booleans (no float copy, no ``where``)."""
+    return ((flag & mask).sum() / count).detach()
+
+
+def _zero_padded_mean(x: torch.Tensor, count: torch.Tensor, *, negate: bool = False) -> torch.Tensor:
+    """Mean over the ``count`` response tokens of ``x`` (of ``-x`` with ``negate``), ``x`` being already 0 on
+    the padding: a plain sum, no ``where``. Negating the sum gives the sum of the negated values exactly
+    (rounding to nearest is symmetric in sign), without a pass to negate every token."""
+    total = x.detach().sum()
+    return ((-total if negate else total) / count).detach()
 
 
 def _check_clip(eps_low: float, eps_high: Optional[float], loss: str) -> float:
@@ -157,7 +173,15 @@ def gspo(
     """
     eps_high = _check_clip(eps_low, eps_high, "gspo")
     maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
-    token_log_ratio = _masked(log_probs - old_log_probs, maskb)
+    return _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ratio_clip)
+
+
+def _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ratio_clip, zeroed=False):
+    """:func:`gspo` on inputs already checked (``maskb`` boolean). ``zeroed``: the inputs are 0 on the
+    padding, so are the token log-ratios and the loss (a product with ``A = 0``): no ``where`` needed."""
+    token_log_ratio = log_probs - old_log_probs
+    if not zeroed:
+        token_log_ratio = _masked(token_log_ratio, maskb)
     seq_log_ratio = token_log_ratio.sum(dim=1, keepdim=True) / maskb.sum(dim=1, keepdim=True)
     if log_ratio_clip is not None:
         seq_log_ratio = seq_log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
@@ -168,13 +192,18 @@ def gspo(
     loss = -torch.min(surr, surr_clipped)
 
     s_val = s.detach()
-    metrics: Metrics = {
-        "clip_frac_low": _masked_mean(((s_val < 1.0 - eps_low) & (advantages < 0)).float(), maskb),
-        "clip_frac_high": _masked_mean(((s_val > 1.0 + eps_high) & (advantages > 0)).float(), maskb),
-        "seq_ratio_mean": torch.exp(seq_log_ratio.detach()).mean(),
-        "ppo_kl": _masked_mean(-(log_probs - old_log_probs), maskb),
-    }
-    return _masked(loss, maskb), metrics
+    count = maskb.sum()
+    metrics: Metrics = {}
+    if metric_wanted("clip_frac_low"):
+        metrics["clip_frac_low"] = _masked_frac((s_val < 1.0 - eps_low) & (advantages < 0), maskb, count)
+    if metric_wanted("clip_frac_high"):
+        metrics["clip_frac_high"] = _masked_frac((s_val > 1.0 + eps_high) & (advantages > 0), maskb, count)
+    if metric_wanted("seq_ratio_mean"):
+        metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio.detach()).mean()
+    if metric_wanted("ppo_kl"):
+        # the masked token log-ratio is the same number on every response token (0 on padding)
+        metrics["ppo_kl"] = _zero_padded_mean(token_log_ratio, count, negate=True)
+    return (loss if zeroed else _masked(loss, maskb)), metrics
 
 
 def _ratio_metrics(log_ratio: torch.Tensor, maskb: torch.Tensor) -> Metrics:

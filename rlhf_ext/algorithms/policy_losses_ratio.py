@@ -26,23 +26,42 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .checks import check_token_inputs
-from .policy_losses import _masked, _masked_mean, gspo
+from .checks import check_token_inputs_finite
+from .metric_requests import metric_wanted
+from .policy_losses import _check_clip, _gspo, _masked, _masked_frac, _masked_mean, _zero_padded_mean
 from .registry import register_policy_loss
 
 Metrics = Dict[str, torch.Tensor]
 
 
 def _prepare(log_probs, old_log_probs, advantages, mask):
-    maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+    """Check the inputs and zero them on the padding. A loss whose every term carries the (zeroed)
+    advantage as a factor, the others finite there, is then 0 on the padding without another
+    ``where``; its gradient there is 0 through the zeroing of ``log_probs``.
+
+    Inputs finite everywhere (the usual case) are multiplied by the 0/1 mask: ``x * 1 = x`` and
+    ``x * 0 = 0`` exactly, the gradient is passed or zeroed the same way, at a fraction of a ``where``'s
+    cost. A NaN/Inf anywhere (padding may hold them) takes ``torch.where``, since ``NaN * 0`` is NaN."""
+    return _prepare_mask(log_probs, old_log_probs, advantages, mask)[:4]
+
+
+def _prepare_mask(log_probs, old_log_probs, advantages, mask):
+    """:func:`_prepare`, and the 0/1 float mask when the inputs were finite everywhere (else None)."""
+    maskb, finite = check_token_inputs_finite(mask, log_probs=log_probs, old_log_probs=old_log_probs,
+                                              advantages=advantages)
+    dtype = log_probs.dtype
+    if finite:
+        m = maskb.to(dtype)
+        return maskb, log_probs * m, old_log_probs.to(dtype) * m, advantages.to(dtype) * m, m
     zero = log_probs.new_zeros(())
-    return (maskb, torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs.to(log_probs.dtype), zero),
-            torch.where(maskb, advantages.to(log_probs.dtype), zero))
+    return (maskb, torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs.to(dtype), zero),
+            torch.where(maskb, advantages.to(dtype), zero), None)
 
 
 def _score(log_probs: torch.Tensor) -> torch.Tensor:
-    """1 in value, ``grad log pi`` in gradient."""
-    return torch.exp(log_probs - log_probs.detach())
+    """1 in value, ``grad log pi`` in gradient: ``exp(log pi - sg(log pi))``, written ``1 + (log pi -
+    sg(log pi))``, which has the same value (exactly 1) and derivative (exactly 1) without an ``exp``."""
+    return (log_probs - log_probs.detach()) + 1.0
 
 
 def _log_ratio(lp, old, log_ratio_clip):
@@ -94,20 +113,24 @@ def cispo(
     """
     _bounds("cispo", clip_ratio_low, clip_ratio_high, low_optional=True)
     maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
-    log_ratio = _log_ratio(lp, old, log_ratio_clip)
-    ratio = torch.exp(log_ratio)
     lower = None if clip_ratio_low is None else 1.0 - clip_ratio_low
-    weight = ratio.clamp(min=lower, max=1.0 + clip_ratio_high).detach()
+    with torch.no_grad():  # the weight is detached: no graph for it
+        log_ratio = _log_ratio(lp, old, log_ratio_clip)
+        ratio = torch.exp(log_ratio)
+        weight = ratio.clamp(min=lower, max=1.0 + clip_ratio_high)
     loss = -weight * adv * _score(lp)
-    ratio_d = ratio.detach()
-    low_hit = (ratio_d < lower) if lower is not None else torch.zeros_like(maskb)
-    metrics: Metrics = {
-        "clip_frac_low": _masked_mean(low_hit.float(), maskb),
-        "clip_frac_high": _masked_mean((ratio_d > 1.0 + clip_ratio_high).float(), maskb),
-        "ppo_kl": _masked_mean(-log_ratio, maskb),
-        "ratio_mean": _masked_mean(ratio_d, maskb),
-    }
-    return _masked(loss, maskb), metrics
+    count = maskb.sum()
+    metrics: Metrics = {}
+    if metric_wanted("clip_frac_low"):
+        low_hit = (ratio < lower) if lower is not None else torch.zeros_like(maskb)
+        metrics["clip_frac_low"] = _masked_frac(low_hit, maskb, count)
+    if metric_wanted("clip_frac_high"):
+        metrics["clip_frac_high"] = _masked_frac(ratio > 1.0 + clip_ratio_high, maskb, count)
+    if metric_wanted("ppo_kl"):
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+    if metric_wanted("ratio_mean"):
+        metrics["ratio_mean"] = _masked_mean(ratio, maskb, count)
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("sapo")
@@ -145,15 +168,18 @@ def sapo(
     tau = torch.where(adv > 0, adv.new_tensor(tau_pos), adv.new_tensor(tau_neg))
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
     loss = -gate * adv
-    with torch.no_grad():
-        s = torch.sigmoid(tau * (ratio - 1.0))
-        slope = 4.0 * s * (1.0 - s) * ratio
-    metrics: Metrics = {
-        "ppo_kl": _masked_mean(-log_ratio, maskb),
-        "ratio_mean": _masked_mean(ratio.detach(), maskb),
-        "gate_mean": _masked_mean(slope, maskb),
-    }
-    return _masked(loss, maskb), metrics
+    count = maskb.sum()
+    metrics: Metrics = {}
+    if metric_wanted("ppo_kl"):
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+    if metric_wanted("ratio_mean"):
+        metrics["ratio_mean"] = _masked_mean(ratio.detach(), maskb, count)
+    if metric_wanted("gate_mean"):
+        with torch.no_grad():
+            s = torch.sigmoid(tau * (ratio - 1.0))
+            slope = 4.0 * s * (1.0 - s) * ratio
+        metrics["gate_mean"] = _masked_mean(slope, maskb, count)
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("gmpo")
@@ -189,24 +215,32 @@ def gmpo(
     ``ppo_kl``, ``seq_ratio_mean``.
     """
     _bounds("gmpo", clip_ratio_low, clip_ratio_high, below_one=False)
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
+    maskb, lp, old, adv, m = _prepare_mask(log_probs, old_log_probs, advantages, mask)
     d = _log_ratio(lp, old, log_ratio_clip)
     sgn = torch.sign(adv)
     d_clamped = d.clamp(-clip_ratio_low, clip_ratio_high)
     l_tok = sgn * torch.min(sgn * d, sgn * d_clamped)
     lengths = maskb.sum(dim=1, keepdim=True).to(lp.dtype)
-    seq_log_ratio = _masked(l_tok, maskb).sum(dim=1, keepdim=True) / lengths
+    # l_tok is exactly 0 on the padding (zeroed inputs: d = 0, sgn = 0), so no mask before the sum
+    seq_log_ratio = l_tok.sum(dim=1, keepdim=True) / lengths
     seq_adv = adv.sum(dim=1, keepdim=True) / lengths
     ratio_tok = torch.exp(seq_log_ratio.detach() + l_tok - l_tok.detach())
     loss = -seq_adv * ratio_tok
-    clipped = (d != d_clamped).detach()
-    metrics: Metrics = {
-        "clip_frac_high": _masked_mean((clipped & (adv > 0)).float(), maskb),
-        "clip_frac_low": _masked_mean((clipped & (adv < 0)).float(), maskb),
-        "ppo_kl": _masked_mean(-d.detach(), maskb),
-        "seq_ratio_mean": torch.exp(seq_log_ratio.detach()).mean(),
-    }
-    return _masked(loss, maskb), metrics
+    count = maskb.sum()
+    metrics: Metrics = {}
+    if metric_wanted("clip_frac_high") or metric_wanted("clip_frac_low"):
+        clipped = (d != d_clamped).detach()
+        if metric_wanted("clip_frac_high"):
+            metrics["clip_frac_high"] = _masked_frac(clipped & (adv > 0), maskb, count)
+        if metric_wanted("clip_frac_low"):
+            metrics["clip_frac_low"] = _masked_frac(clipped & (adv < 0), maskb, count)
+    if metric_wanted("ppo_kl"):
+        metrics["ppo_kl"] = _zero_padded_mean(d, count, negate=True)
+    if metric_wanted("seq_ratio_mean"):
+        metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio.detach()).mean()
+    # the loss is -A_i s_i on the padding too (finite: computed from zeros); inputs finite everywhere make
+    # every token finite, so the 0/1 mask zeroes it exactly; else torch.where (a NaN token's row is NaN)
+    return (loss * m if m is not None else _masked(loss, maskb)), metrics
 
 
 def _select_random(candidates: torch.Tensor, count: int, generator: Optional[torch.Generator],
@@ -266,26 +300,36 @@ def clip_cov(
     maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
     log_ratio = _log_ratio(lp, old, log_ratio_clip)
     ratio = torch.exp(log_ratio)
-    loss1 = -adv * ratio
-    loss2 = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    neg_adv = -adv
+    loss1 = neg_adv * ratio
+    loss2 = neg_adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     with torch.no_grad():
         clipped = (loss2 > loss1) & maskb
-        n_tokens = int(maskb.sum().item())
+        # the valid tokens in row-major order, as boolean indexing lists them, from one nonzero
+        flat_valid = torch.nonzero(maskb.reshape(-1), as_tuple=True)[0]
+        n_tokens = flat_valid.numel()
         lp_d = lp.detach()
-        cov = (adv - adv[maskb].mean()) * (lp_d - lp_d[maskb].mean())
+        adv_mean = adv.reshape(-1).index_select(0, flat_valid).mean()
+        cov = (adv - adv_mean) * (lp_d - lp_d.reshape(-1).index_select(0, flat_valid).mean())
         candidates = maskb & ~clipped & (cov > clip_cov_lb) & (cov < clip_cov_ub)
         chosen = _select_random(candidates, max(int(clip_cov_ratio * n_tokens), 1), generator, seed)
+    # detaching the chosen tokens multiplies them by 0, the others by 1: the same values and gradient
+    # as a product with a keep-mask, written as a write of the chosen few instead of a pass over all
+    loss = torch.maximum(loss1, loss2).index_put((chosen[:, 0], chosen[:, 1]), loss1.new_zeros(()))
+    count = maskb.sum()
+    ratio_d = ratio.detach()
+    metrics: Metrics = {}
+    if metric_wanted("cov_clip_frac"):
         keep = torch.ones_like(lp_d)
         keep[chosen[:, 0], chosen[:, 1]] = 0.0
-    loss = torch.maximum(loss1, loss2) * keep
-    ratio_d = ratio.detach()
-    metrics: Metrics = {
-        "cov_clip_frac": _masked_mean((keep == 0).float(), maskb),
-        "clip_frac_low": _masked_mean(((ratio_d < 1.0 - clip_ratio_low) & (adv < 0)).float(), maskb),
-        "clip_frac_high": _masked_mean(((ratio_d > 1.0 + clip_ratio_high) & (adv > 0)).float(), maskb),
-        "ppo_kl": _masked_mean(-log_ratio.detach(), maskb),
-    }
-    return _masked(loss, maskb), metrics
+        metrics["cov_clip_frac"] = _masked_mean((keep == 0).float(), maskb, count)
+    if metric_wanted("clip_frac_low"):
+        metrics["clip_frac_low"] = _masked_frac((ratio_d < 1.0 - clip_ratio_low) & (adv < 0), maskb, count)
+    if metric_wanted("clip_frac_high"):
+        metrics["clip_frac_high"] = _masked_frac((ratio_d > 1.0 + clip_ratio_high) & (adv > 0), maskb, count)
+    if metric_wanted("ppo_kl"):
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("kl_cov")
@@ -319,21 +363,27 @@ def kl_cov(
     loss = -adv * torch.exp(log_ratio)
     with torch.no_grad():
         flat_valid = torch.nonzero(maskb.reshape(-1), as_tuple=True)[0]
-        a = adv[maskb]
-        p = lp.detach()[maskb]
+        # the valid tokens in row-major order, as boolean indexing lists them, from one nonzero
+        a = adv.reshape(-1).index_select(0, flat_valid)
+        p = lp.detach().reshape(-1).index_select(0, flat_valid)
         cov = (a - a.mean()) * (p - p.mean())
         k = max(1, int(len(cov) * kl_cov_ratio))
         top = flat_valid[torch.topk(cov, k, largest=True).indices]
+    # the penalty on the k chosen tokens only (a gather and a write), not a pass over every token
+    flat = loss.reshape(-1)
+    penalty = ppo_kl_coef * log_ratio.reshape(-1).index_select(0, top).abs()
+    loss = flat.index_put((top,), flat.index_select(0, top) + penalty).reshape(maskb.shape)
+    count = maskb.sum()
+    metrics: Metrics = {}
+    if metric_wanted("kl_cov_frac"):
         penalised = torch.zeros(maskb.numel(), dtype=torch.bool, device=maskb.device)
         penalised[top] = True
-        penalised = penalised.reshape(maskb.shape)
-    loss = torch.where(penalised, loss + ppo_kl_coef * log_ratio.abs(), loss)
-    metrics: Metrics = {
-        "kl_cov_frac": _masked_mean(penalised.float(), maskb),
-        "ppo_kl": _masked_mean(-log_ratio.detach(), maskb),
-        "ppo_kl_abs": _masked_mean(log_ratio.detach().abs(), maskb),
-    }
-    return _masked(loss, maskb), metrics
+        metrics["kl_cov_frac"] = _masked_mean(penalised.reshape(maskb.shape).float(), maskb, count)
+    if metric_wanted("ppo_kl"):
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+    if metric_wanted("ppo_kl_abs"):
+        metrics["ppo_kl_abs"] = _masked_mean(log_ratio.detach().abs(), maskb, count)
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_ratio_c, log_ratio_clip):
@@ -341,11 +391,11 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
         high = low
     _positive(name, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=clip_ratio_c)
     maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
-    log_ratio = _log_ratio(lp, old, log_ratio_clip)
-    ratio = torch.exp(log_ratio).detach()
-    weight = ratio.clamp(max=clip_ratio_c)
-    with torch.no_grad():
-        prob, old_prob = torch.exp(lp.detach()), torch.exp(old)
+    with torch.no_grad():  # the weight and the region are detached: no graph for them
+        log_ratio = _log_ratio(lp, old, log_ratio_clip)
+        ratio = torch.exp(log_ratio)
+        weight = ratio.clamp(max=clip_ratio_c)
+        prob, old_prob = torch.exp(lp), torch.exp(old)
         if name == "dppo_tv":
             valid = torch.where(adv > 0, (prob - old_prob) <= high, (prob - old_prob) >= -low)
         else:
@@ -353,15 +403,21 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
             bkl = old_prob * (old - lp.detach()) + (1 - old_prob) * torch.log(
                 (1.0 - old_prob + 1e-8) / (1.0 - prob + 1e-8))
             valid = torch.where(adv > 0, (bkl <= high) | (prob <= old_prob), (bkl <= low) | (prob >= old_prob))
-    loss = -adv * weight * _score(lp) * valid.to(lp.dtype)
-    outside = (~valid).float()
-    metrics: Metrics = {
-        "clip_frac_high": _masked_mean(outside * (adv > 0), maskb),
-        "clip_frac_low": _masked_mean(outside * (adv <= 0), maskb),
-        "is_trunc_frac": _masked_mean(((ratio > clip_ratio_c) & valid).float(), maskb),
-        "ppo_kl": _masked_mean(-log_ratio.detach(), maskb),
-    }
-    return _masked(loss, maskb), metrics
+        coef = -adv * weight * valid.to(lp.dtype)
+    # (-A w valid) * score: the same product as -A * w * score * valid, reordered -- every factor but
+    # the score is detached and the score is exactly 1, so value and gradient are the same
+    loss = coef * _score(lp)
+    count = maskb.sum()
+    metrics: Metrics = {}
+    if metric_wanted("clip_frac_high"):
+        metrics["clip_frac_high"] = _masked_frac(~valid & (adv > 0), maskb, count)
+    if metric_wanted("clip_frac_low"):
+        metrics["clip_frac_low"] = _masked_frac(~valid & (adv <= 0), maskb, count)
+    if metric_wanted("is_trunc_frac"):
+        metrics["is_trunc_frac"] = _masked_mean(((ratio > clip_ratio_c) & valid).float(), maskb, count)
+    if metric_wanted("ppo_kl"):
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+    return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("dppo_tv")
@@ -445,10 +501,10 @@ def luspo(
     Metrics: GSPO's (``clip_frac_low``, ``clip_frac_high``, ``seq_ratio_mean``, ``ppo_kl``).
     """
     maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
-    per_token, metrics = gspo(lp, old, adv, maskb, eps_low=clip_ratio_low, eps_high=clip_ratio_high,
-                              log_ratio_clip=log_ratio_clip)
+    clip_ratio_high = _check_clip(clip_ratio_low, clip_ratio_high, "gspo")  # gspo's checks and messages
+    per_token, metrics = _gspo(lp, old, adv, maskb, clip_ratio_low, clip_ratio_high, log_ratio_clip, zeroed=True)
     lengths = maskb.sum(dim=1, keepdim=True).to(per_token.dtype)
-    return _masked(per_token * lengths, maskb), metrics
+    return per_token * lengths, metrics  # gspo's loss is 0 on the padding, so is its multiple
 
 
 @register_policy_loss("vespo")
@@ -490,9 +546,12 @@ def vespo(
         lam = torch.where(nonneg, adv.new_tensor(vespo_lambda_pos), adv.new_tensor(vespo_lambda_neg)).clamp(min=1e-4)
         phi = torch.exp(lam + k * log_w - lam * w).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
     loss = -phi * adv * _score(lp)
-    metrics: Metrics = {
-        "phi_mean": _masked_mean(phi, maskb),
-        "seq_ratio_mean": w.mean(),
-        "ppo_kl": _masked_mean(-log_ratio, maskb),
-    }
-    return _masked(loss, maskb), metrics
+    count = maskb.sum()
+    metrics: Metrics = {}
+    if metric_wanted("phi_mean"):
+        metrics["phi_mean"] = _masked_mean(phi, maskb, count)
+    if metric_wanted("seq_ratio_mean"):
+        metrics["seq_ratio_mean"] = w.mean()
+    if metric_wanted("ppo_kl"):
+        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+    return loss, metrics  # 0 on the padding already (see _prepare)

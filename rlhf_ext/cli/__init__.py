@@ -4,7 +4,7 @@ Each subcommand lives in a ``_add_<name>(subparsers)`` function that declares it
 sets ``handler``; add a new one by writing such a function and listing it in ``_SUBCOMMANDS``.
 Handlers import their implementation lazily, so ``rlhf-ext --help`` stays fast.
 ``python -m rlhf_ext.cli`` is the same command; the argument types the subcommands share are in
-:mod:`rlhf_ext.cli.argtypes`.
+:mod:`rlhf_ext.argtypes` (below the tools that use them too).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 import sys
 from typing import List, Optional
 
-from .argtypes import port as _port, positive_int as _positive_int, positive_seconds as _positive_seconds
+from ..argtypes import port as _port, positive_int as _positive_int, positive_seconds as _positive_seconds
 
 
 # --- reward-server -------------------------------------------------------------------------------
@@ -83,20 +83,26 @@ def _run_reward_server(args: argparse.Namespace) -> int:
 
 
 def _add_reward_file(subparsers) -> None:
+    # declared here rather than imported from rlhf_ext.rewards.path: importing the rewards package
+    # (its grader) would add a second or more to every rlhf-ext command; tests/test_cli.py checks
+    # that both entrances offer the same flags
     p = subparsers.add_parser(
         "reward-file",
-        help="print the path of the OpenRLHF reward file (for --reward.remote_url)",
-        description="Print the absolute path of rlhf_ext's OpenRLHF reward file, e.g. "
-                    '--reward.remote_url "$(rlhf-ext reward-file)". Configure it with RLHF_EXT_REWARD*.',
+        help="print the path of the OpenRLHF reward file (for --reward.remote_url), or verl's with --verl",
+        description="Print the absolute path of rlhf_ext's reward file for a training framework: OpenRLHF's, e.g. "
+                    '--reward.remote_url "$(rlhf-ext reward-file)" (configure it with RLHF_EXT_REWARD*), or with '
+                    "--verl verl's: reward.custom_reward_function.path=$(rlhf-ext reward-file --verl) "
+                    "reward.custom_reward_function.name=compute_score. Same as python -m rlhf_ext.rewards.path.",
     )
+    p.add_argument("--verl", action="store_true",
+                   help="the verl reward file (its function is compute_score) instead of OpenRLHF's")
     p.set_defaults(handler=_run_reward_file)
 
 
 def _run_reward_file(args: argparse.Namespace) -> int:
-    from ..rewards.path import reward_file_path
+    from ..rewards.path import run
 
-    print(reward_file_path())
-    return 0
+    return run(args)
 
 
 # --- tiny-task / smoke ---------------------------------------------------------------------------

@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli.argtypes import positive_int as _positive
-from ..cli.argtypes import probability as _probability
+from ..argtypes import positive_int as _positive
+from ..argtypes import probability as _probability
 from .io import DataToolError
 
 

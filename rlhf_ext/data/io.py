@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Iterable, List
+
+from ..jsonfiles import atomic_writer, iter_jsonl
 
 
 class DataToolError(ValueError):
@@ -18,17 +19,10 @@ def read_jsonl(path) -> List[dict]:
     if not path.is_file():
         raise DataToolError(f"{path}: no such file")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataToolError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise DataToolError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
+    for lineno, row in iter_jsonl(path, DataToolError):
+        if not isinstance(row, dict):
+            raise DataToolError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
     return rows
 
 
@@ -46,11 +40,9 @@ def check_output(path, force: bool = False) -> Path:
 def write_jsonl(path, rows: Iterable[dict], force: bool = False) -> int:
     """Write ``rows`` atomically (temporary file, then rename); returns the number written."""
     path = check_output(path, force)
-    tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_writer(path) as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             n += 1
-    os.replace(tmp, path)
     return n

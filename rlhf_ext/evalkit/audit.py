@@ -30,6 +30,7 @@ import random
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..jsonfiles import iter_jsonl
 from .records import CONFIG_FILE, SAMPLES_FILE, RunDirError, SampleLog, write_json_atomic
 from .resolution import AUDIT_FILE
 
@@ -102,14 +103,7 @@ def draw(records: Sequence[dict], n: int, seed: int = 0) -> List[dict]:
 def _read_jsonl(path: Path) -> List[dict]:
     if not path.exists():
         return []
-    out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except ValueError as exc:
-                raise RunDirError(f"{path}:{i}: not valid JSON ({exc})") from exc
-    return out
+    return [obj for _, obj in iter_jsonl(path, RunDirError)]
 
 
 def _append(path: Path, obj: dict) -> None:

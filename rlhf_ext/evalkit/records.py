@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Iterable, Optional
+
+from .. import jsonfiles
 
 SAMPLES_FILE = "samples.jsonl"
 CONFIG_FILE = "config.json"
@@ -136,43 +137,15 @@ class SampleLog:
         self.close()
 
 
-def _temp_beside(path: Path) -> tuple[int, str]:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o644)  # mkstemp's 0600 would make run results unreadable to co-workers
-    return fd, tmp
-
-
 def write_json_atomic(path, obj) -> None:
     """Write JSON through a temporary file and ``os.replace`` so readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _temp_beside(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, ensure_ascii=False, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    jsonfiles.write_json_atomic(path, obj, indent=2, ensure_ascii=False)
 
 
 def write_text_atomic(path, text: str) -> None:
-    path = Path(path)
-    fd, tmp = _temp_beside(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    jsonfiles.write_text_atomic(path, text)
 
 
 def read_json(path) -> dict:

@@ -37,7 +37,8 @@ class EvalInterrupted(Exception):
 
 @dataclass
 class RunOptions:
-    """Everything a run needs; the defaults are the DeepSeek-R1 protocol (REFERENCE.md section 5)."""
+    """Everything a run needs; the defaults are the DeepSeek-R1 protocol (the evaluation setup of
+    the DeepSeek-R1 paper, arXiv 2501.12948; docs/evalkit.md, "Defaults")."""
 
     suite: str
     model: str

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 from urllib.parse import urlparse
 
+from ..jsonfiles import iter_jsonl
+
 
 class DataError(ValueError):
     """A benchmark could not be loaded, or its file is malformed."""
@@ -177,16 +179,7 @@ def _structured_problem(task: Task, row: dict, pid: str, question: str, answer, 
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-    return rows
+    return [row for _, row in iter_jsonl(path, DataError)]
 
 
 def resolve_data_paths(tasks: Sequence[str], data: Sequence[str]) -> dict[str, Path]:

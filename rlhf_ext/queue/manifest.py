@@ -12,11 +12,11 @@ Run statuses: ``pending`` -> ``running`` -> ``done`` | ``failed`` | ``interrupte
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from ..jsonfiles import write_json_atomic
 
 SCHEMA = "rlhf_ext.queue/1"
 MANIFEST = "manifest.json"
@@ -29,28 +29,12 @@ class ManifestError(ValueError):
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` so that readers see the old or the new file, never a mix."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    # the rename itself must reach the disk, or a power cut could bring the old file back
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    """Write ``data`` as JSON to ``path`` so that readers see the old or the new file, never a mix.
+
+    The directory is ``fsync``'ed too: the rename itself must reach the disk, or a power cut could
+    bring the old manifest back. (Owner-only permissions, as the queue has always written it.)
+    """
+    write_json_atomic(path, data, indent=1, mode=0o600, sync_dir=True)
 
 
 def load(output: Path) -> Dict[str, Any]:

@@ -1,6 +1,8 @@
-"""Reading run directories (the run record format of /work/RUNREC_SPEC.md, docs/report.md).
+"""Loading run directories for the report: arrays to plot, read through :mod:`rlhf_ext.runs`.
 
-A run directory holds ``config.json``, ``metrics.jsonl`` (one line per global step) and
+The format (file names, reserved keys, line reading, the status rule) belongs to
+:mod:`rlhf_ext.runs` and is described in docs/run_records.md; this module turns a record into
+aligned numpy columns. A run directory holds ``config.json``, ``metrics.jsonl`` (one line per global step) and
 ``events.jsonl``, plus ``incident.json`` when the non-finite guard stopped the run. The reader is
 tolerant where the writer can legitimately leave odd files behind, and loud everywhere else:
 
@@ -24,21 +26,19 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-SCHEMA_PREFIX = "rlhf_ext.run/"
-SCHEMA_VERSION = 1
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-EVENTS_FILE = "events.jsonl"
-INCIDENT_FILE = "incident.json"
-
-END_STATUSES = ("finished", "stopped_by_guard", "crashed")
-RUNNING = "running"
-UNKNOWN = "unknown"
+# the format's names, re-exported under the names the report's modules use
+from ..runs import CONFIG as CONFIG_FILE
+from ..runs import END_STATUSES, RUNNING  # noqa: F401  (re-exported: report.headline uses RUNNING)
+from ..runs import SCHEMA_PREFIX, SCHEMA_VERSION, UNKNOWN, read_jsonl_numbered, run_status
+from ..runs import EVENTS as EVENTS_FILE
+from ..runs import INCIDENT as INCIDENT_FILE
+from ..runs import METRICS as METRICS_FILE
+from ..runs import RESERVED_KEYS
 
 # TensorBoard-style logs put every key under "train/"; the run record keeps "timing/" and
 # "rollout/" at the top level. Map the former onto the latter so both read the same.
 _NESTED_PREFIX = re.compile(r"^train/(timing|rollout|rollout_mismatch|rollout_corr|eval)/")
-_RESERVED = frozenset(("step", "time", "elapsed_s", "nonfinite"))
+_RESERVED = frozenset(RESERVED_KEYS)
 
 
 class RunRecordError(ValueError):
@@ -156,28 +156,8 @@ def flatten(obj: dict, prefix: str = "") -> Dict[str, object]:
 
 
 def read_jsonl(path: Path, warnings: List[str]) -> List[Tuple[int, dict]]:
-    """``(line number, object)`` of every complete line; a torn last line is dropped silently,
-    any other unreadable line is dropped with a warning naming it."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    torn_tail = not data.endswith(b"\n")
-    out = []
-    for lineno, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-            if not isinstance(obj, dict):
-                raise ValueError("not a JSON object")
-        except (ValueError, UnicodeDecodeError) as exc:
-            if torn_tail and lineno == len(lines):
-                continue  # the writer was cut off mid-line; the spec says to ignore it
-            warnings.append(f"{path.name} line {lineno} is not a JSON object ({exc}); skipped")
-            continue
-        out.append((lineno, obj))
-    return out
+    """``(line number, object)`` of every complete line (:func:`rlhf_ext.runs.read_jsonl_numbered`)."""
+    return read_jsonl_numbered(path, warnings)
 
 
 def _read_json(path: Path) -> dict:
@@ -278,7 +258,7 @@ def load_run(run_dir, name: Optional[str] = None) -> RunRecord:
 
     events = [obj for _, obj in read_jsonl(run_dir / EVENTS_FILE, warnings)]
     wall, restarts = _wall_clock(order, steps, config)
-    status, exit_code = _status(events)
+    status, exit_code = run_status(events)
     resumes = sorted({int(e["step"]) for e in events if e.get("event") == "resume" and _number(e.get("step")) is not None})
     if not resumes:
         resumes = restarts
@@ -323,22 +303,6 @@ def _wall_clock(order: List[Tuple[int, dict]], steps: np.ndarray, config: dict) 
         prev_elapsed = elapsed
         prev_step = step
     return np.array([wall.get(int(s), math.nan) for s in steps], dtype=np.float64), sorted(set(restarts))
-
-
-def _status(events: List[dict]) -> Tuple[str, Optional[int]]:
-    """finished / stopped_by_guard / crashed from the last ``end`` event; ``running`` when the
-    last start or resume has no ``end`` after it (or the process was killed hard)."""
-    if not events:
-        return UNKNOWN, None
-    last_start = max((i for i, e in enumerate(events) if e.get("event") in ("start", "resume")), default=-1)
-    last_end = max((i for i, e in enumerate(events) if e.get("event") == "end"), default=-1)
-    if last_end < 0 or last_start > last_end:
-        return RUNNING, None
-    end = events[last_end]
-    status = end.get("status")
-    code = end.get("exit_code")
-    code = int(code) if _number(code) is not None else None
-    return (status if status in END_STATUSES else f"ended ({status})"), code
 
 
 def _incidents(run_dir: Path, events: List[dict], warnings: List[str]) -> List[dict]:

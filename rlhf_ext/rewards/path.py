@@ -24,6 +24,11 @@ def verl_reward_file_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_reward.py")
 
 
+def is_short_form(url: Optional[str]) -> bool:
+    """Whether ``url`` is the plugin's short form (``rlhf_ext`` or ``rlhf_ext:<spec>``), not a real URL or path."""
+    return isinstance(url, str) and (url == "rlhf_ext" or url.startswith(SHORT_FORM_PREFIX))
+
+
 def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
     """Expand the plugin's short form of ``--reward.remote_url``.
 
@@ -37,7 +42,7 @@ def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
         raise ValueError(f"remote_url must be a string, got {type(url).__name__}")
     if url == "rlhf_ext":
         return reward_file_path(), {}
-    if not url.startswith(SHORT_FORM_PREFIX):
+    if not is_short_form(url):
         return url, {}
     spec = url[len(SHORT_FORM_PREFIX):].strip()
     if not spec:
@@ -46,22 +51,33 @@ def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
     return reward_file_path(), {ENV_REWARD: spec}
 
 
+DESCRIPTION = "Print the absolute path of rlhf_ext's reward file for a training framework."
+EPILOG = ('examples:\n'
+          '  --reward.remote_url "$(python -m rlhf_ext.rewards.path)"                  # OpenRLHF\n'
+          '  reward.custom_reward_function.path=$(python -m rlhf_ext.rewards.path --verl) \\\n'
+          '      reward.custom_reward_function.name=compute_score                     # verl\n'
+          '(rlhf-ext reward-file is the same command)')
+
+
+def add_arguments(parser) -> None:
+    """The flags of ``python -m rlhf_ext.rewards.path``; ``rlhf-ext reward-file`` declares the same
+    ones without importing this package (tests/test_cli.py checks they agree)."""
+    parser.add_argument("--verl", action="store_true",
+                        help="the verl reward file (its function is compute_score) instead of OpenRLHF's")
+
+
+def run(args) -> int:
+    print(verl_reward_file_path() if args.verl else reward_file_path())
+    return 0
+
+
 def main(argv: Optional[list] = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(
-        prog="python -m rlhf_ext.rewards.path",
-        description="Print the absolute path of rlhf_ext's reward file for a training framework.",
-        epilog='examples:\n'
-               '  --reward.remote_url "$(python -m rlhf_ext.rewards.path)"                  # OpenRLHF\n'
-               '  reward.custom_reward_function.path=$(python -m rlhf_ext.rewards.path --verl) \\\n'
-               '      reward.custom_reward_function.name=compute_score                     # verl',
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--verl", action="store_true",
-                        help="the verl reward file (its function is compute_score) instead of OpenRLHF's")
-    args = parser.parse_args(argv)
-    print(verl_reward_file_path() if args.verl else reward_file_path())
+    parser = argparse.ArgumentParser(prog="python -m rlhf_ext.rewards.path", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

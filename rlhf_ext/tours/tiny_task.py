@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 # ChatML like the Qwen2 family, shared with evalkit's random tiny model.
-from rlhf_ext.evalkit.tiny_model import CHAT_TEMPLATE, SPECIAL_TOKENS
+from rlhf_ext.evalkit.tiny_model import CHAT_TEMPLATE, SPECIAL_TOKENS, tiny_qwen2
 
 EOS = "<|im_end|>"
 PAD = "<|endoftext|>"
@@ -118,29 +118,8 @@ def build_tokenizer():
 
 
 def build_model(tokenizer, seed: int):
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    eos_id = tokenizer.convert_tokens_to_ids(EOS)
-    pad_id = tokenizer.convert_tokens_to_ids(PAD)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        bos_token_id=pad_id,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = eos_id
-    model.generation_config.pad_token_id = pad_id
-    return model
+    """The task's random Qwen2 (:func:`rlhf_ext.evalkit.tiny_model.tiny_qwen2`), sized to learn addition in minutes."""
+    return tiny_qwen2(tokenizer, seed, intermediate_size=512, num_layers=2, max_position_embeddings=512)
 
 
 def chat_prompt(tokenizer, text: str) -> str:

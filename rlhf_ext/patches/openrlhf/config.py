@@ -91,21 +91,11 @@ def kl_clip(args):
 
 
 def normalize_kl_clip(value) -> Optional[Tuple[float, float]]:
-    """``"none"``/``["none"]`` -> None; ``[lo, hi]`` (strings or numbers) -> ``(lo, hi)`` with lo < hi."""
-    if isinstance(value, str):
-        value = [value]
-    value = list(value)
-    if len(value) == 1 and str(value[0]).lower() == "none":
-        return None
-    if len(value) != 2:
-        raise ValueError(f"--algo.kl.clip takes LO HI or 'none', got {' '.join(map(str, value))!r}")
-    try:
-        lo, hi = float(value[0]), float(value[1])
-    except ValueError:
-        raise ValueError(f"--algo.kl.clip takes two numbers LO HI or 'none', got {' '.join(map(str, value))!r}") from None
-    if not lo < hi:
-        raise ValueError(f"--algo.kl.clip needs LO < HI, got {lo} {hi}")
-    return lo, hi
+    """``"none"``/``["none"]`` -> None; ``[lo, hi]`` (strings or numbers) -> ``(lo, hi)`` with lo < hi
+    (:func:`rlhf_ext.algorithms.parse_kl_clip`, the rule every host shares)."""
+    from rlhf_ext.algorithms.kl import parse_kl_clip
+
+    return parse_kl_clip(value, setting="--algo.kl.clip", form="LO HI", bounds=("LO", "HI"))
 
 
 def loss_agg_mode(args) -> str:

@@ -31,15 +31,20 @@ from typing import Dict, Optional
 
 import torch
 
-from rlhf_ext.algorithms import LOSS_AGG_MODES, aggregate_loss, get_policy_loss, openrlhf_correction, ppo_clip_fractions
+from rlhf_ext.algorithms import (LOSS_AGG_MODES, aggregate_loss, get_policy_loss, only_metrics, openrlhf_correction,
+                                 ppo_clip_fractions)
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
 from . import loss_masks
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
 from .updates import record_micro_batch
+from .rollout_correction import METRIC_PREFIX as ROLLOUT_METRIC_PREFIX
 from .rollout_correction import configure as configure_rollout_correction, corrected_loss
 
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
+# what forward returns to OpenRLHF whatever --rlhf_ext.step_metrics says: its clip_ratio (the sum of the
+# two clip fractions) and ppo_kl; with step_metrics off a registered loss computes only these
+HOST_METRICS = ("clip_frac_low", "clip_frac_high", "ppo_kl")
 
 
 # verl's key names for the same flags: given only to a loss that names them, so that a loss taking
@@ -78,14 +83,16 @@ def make_policy_loss_class(base, module=None):
             self.loss_agg_max_len: Optional[int] = None
             self.loss_options: Dict[str, object] = {}
             self.last_metrics: Dict[str, torch.Tensor] = {}
-            self.side_metrics = True  # --rlhf_ext.step_metrics: the split clip fractions of OpenRLHF's losses
+            # --rlhf_ext.step_metrics: the split clip fractions of OpenRLHF's losses, a registered loss's own metrics
+            self.side_metrics = True
             self._registered_fn = None
             self.rollout_correction = None  # (RolloutCorrection, bypass) for registered losses
 
         def configure(self, mode: str, *, max_len: Optional[int] = None, options: Optional[Dict] = None,
                       side_metrics: bool = True):
             """Select the aggregation ``mode`` (one of ``LOSS_AGG_MODES``) and the loss's extra options;
-            ``side_metrics=False`` drops the split clip fractions of OpenRLHF's own losses."""
+            ``side_metrics=False`` drops the split clip fractions of OpenRLHF's own losses and a registered
+            loss's metrics beyond the ``clip_ratio`` and ``ppo_kl`` that ``forward`` returns to OpenRLHF."""
             self.side_metrics = bool(side_metrics)
             if mode not in LOSS_AGG_MODES:
                 raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
@@ -165,41 +172,44 @@ def make_policy_loss_class(base, module=None):
                                      if self.side_metrics else {})
                 return out
 
-            if not bool(keep.any()):
+            n_keep = int(keep.sum())  # one synchronisation for "any row" and "every row"
+            if n_keep == 0:
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
-            if bool(keep.all()):
-                keep = slice(None)  # every row has tokens (the usual case): views, not copies
+            rows = (log_probs, old_log_probs, advantages, action_mask, token_keep, rollout_log_probs)
+            if n_keep < keep.numel():  # every row has tokens (the usual case): the tensors as they are
+                rows = tuple(None if t is None else t[keep] for t in rows)
             vllm_kl = filter_ratio = None
-            if self.rollout_correction is not None:
-                per_token, metrics, vllm_kl, filter_ratio = corrected_loss(
-                    self._registered_fn, self._call_kwargs, self.rollout_correction, log_probs[keep],
-                    old_log_probs[keep], advantages[keep], action_mask[keep],
-                    None if rollout_log_probs is None else rollout_log_probs[keep],
-                )  # fmt: skip
-            else:
-                per_token, metrics = self._registered_fn(
-                    log_probs[keep], old_log_probs[keep], advantages[keep], action_mask[keep], **self._call_kwargs
-                )
+            with only_metrics(None if self.side_metrics else HOST_METRICS):
+                if self.rollout_correction is not None:
+                    per_token, metrics, vllm_kl, filter_ratio = corrected_loss(
+                        self._registered_fn, self._call_kwargs, self.rollout_correction, *rows[:4], rows[5],
+                    )  # fmt: skip
+                else:
+                    per_token, metrics = self._registered_fn(*rows[:4], **self._call_kwargs)
             if token_keep is not None:
-                per_token = torch.where(token_keep[keep], per_token, per_token.new_zeros(()))
+                per_token = torch.where(rows[4], per_token, per_token.new_zeros(()))
             num_tokens = batch_num_tokens if global_batch_size is not None else None
             loss = aggregate_loss(
                 per_token,
-                action_mask[keep],
+                rows[3],
                 mode,
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
                 max_len=self._max_len(action_mask),
             ) * scale
-            self.last_metrics = {k: v.detach() for k, v in metrics.items()}
+            # step_metrics off: none of the loss's own metrics (the rollout correction's stay, as before)
+            self.last_metrics = {k: v.detach() for k, v in metrics.items()
+                                 if self.side_metrics or k.startswith(ROLLOUT_METRIC_PREFIX)}
             clip_ratio = sum(
                 (metrics[k] for k in ("clip_frac_low", "clip_frac_high") if k in metrics),
                 torch.zeros((), device=log_probs.device),
             )
-            m = action_mask.to(log_probs.dtype)
-            ppo_kl = metrics.get("ppo_kl", ((old_log_probs - log_probs) * m).sum().detach() / m.sum())
+            ppo_kl = metrics.get("ppo_kl")
+            if ppo_kl is None:  # a loss without the metric: OpenRLHF's own formula
+                m = action_mask.to(log_probs.dtype)
+                ppo_kl = ((old_log_probs - log_probs) * m).sum().detach() / m.sum()
             return loss, clip_ratio.detach(), ppo_kl.detach(), vllm_kl, filter_ratio
 
         def _max_len(self, action_mask) -> float:

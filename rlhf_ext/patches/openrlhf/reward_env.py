@@ -26,9 +26,6 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional, Tuple
 
-URL_PREFIX = "rlhf_ext:"
-
-
 def _rewards():
     try:
         from rlhf_ext.rewards import config, path
@@ -38,7 +35,8 @@ def _rewards():
 
 
 def is_plugin_url(remote_url: Optional[str]) -> bool:
-    return remote_url is not None and (remote_url == "rlhf_ext" or remote_url.startswith(URL_PREFIX))
+    """``rlhf_ext`` or ``rlhf_ext:SPEC`` (:func:`rlhf_ext.rewards.path.is_short_form`, the one rule)."""
+    return remote_url is not None and _rewards()[1].is_short_form(remote_url)
 
 
 def resolve_reward_flags(

@@ -37,19 +37,9 @@ def parse_kl_clip(text: Optional[str]) -> Optional[Tuple[float, float]]:
     """``"-5,5"`` -> (-5.0, 5.0); ``"none"`` -> None. ``ValueError`` names the variable on bad input."""
     if text is None:
         raise ValueError(f"{KL_CLIP_ENV} is not set")
-    value = text.strip()
-    if value.lower() == "none":
-        return None
-    parts = [p.strip() for p in value.replace(" ", ",").split(",") if p.strip()]
-    if len(parts) != 2:
-        raise ValueError(f"{KL_CLIP_ENV} must be 'LO,HI' (e.g. '-5,5') or 'none', got {text!r}")
-    try:
-        lo, hi = float(parts[0]), float(parts[1])
-    except ValueError:
-        raise ValueError(f"{KL_CLIP_ENV} must be two numbers 'LO,HI' or 'none', got {text!r}") from None
-    if not lo < hi:
-        raise ValueError(f"{KL_CLIP_ENV} needs LO < HI, got {text!r}")
-    return lo, hi
+    from rlhf_ext.algorithms.kl import parse_kl_clip as shared_rule  # one rule for every host
+
+    return shared_rule(text, setting=KL_CLIP_ENV, form="'LO,HI' (e.g. '-5,5')", bounds=("LO", "HI"), split_text=True)
 
 
 def kl_clip_setting():

