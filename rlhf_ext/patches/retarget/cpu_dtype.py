@@ -26,6 +26,7 @@ from rlhf_ext.patches.retarget.guard import require
 logger = logging.getLogger("rlhf_ext.retarget")
 
 _VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+_PARAM_DTYPES = {v: k for k, v in _VLLM_DTYPES.items()}
 _announced = False
 
 
@@ -77,7 +78,7 @@ def get_eval_ds_config(*args, **kwargs):
 
 def rollout_dtype(dtype):
     """The vLLM ``dtype`` engine argument on the CPU target: float32 where training runs in float32."""
-    asked = {v: k for k, v in _VLLM_DTYPES.items()}.get(dtype) if isinstance(dtype, str) else None
+    asked = _PARAM_DTYPES.get(dtype) if isinstance(dtype, str) else None
     if asked is None or asked == "fp32":
         return dtype
     return _VLLM_DTYPES[train_dtype(asked)]
