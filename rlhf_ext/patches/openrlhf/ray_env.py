@@ -59,7 +59,11 @@ def with_plugin_runtime_env(runtime_env: Optional[Dict], environ=None) -> Dict:
 def make_ray_init(original):
     @functools.wraps(original)
     def init(*args, **kwargs):
+        from rlhf_ext.patches.retarget import cpu_processes
+        from rlhf_ext.patches.retarget.state import applied_backend
+
         kwargs["runtime_env"] = with_plugin_runtime_env(kwargs.get("runtime_env"))
+        kwargs = cpu_processes.ray_init_kwargs(kwargs, applied_backend())  # the CPU target: no dashboard
         from .run_record import start_prepared_record
 
         start_prepared_record()  # the driver's run record (config.json), once the run really starts
