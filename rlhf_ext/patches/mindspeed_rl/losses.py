@@ -25,6 +25,11 @@ With no rlhf_ext setting the original ``compute_loss`` runs, bit for bit. Otherw
   their mask before aggregation (counts from the full mask, as TRL does); the entropy is computed
   for the first even with ``entropy_coeff: 0``, and the second measures the KL from
   ``old_log_prob`` (the policy that sampled, in MindSpeed-RL's batch).
+* rollout correction (``rl_config.rollout_is`` / ``rollout_rs``, :mod:`.rollout_correction`):
+  :func:`rlhf_ext.algorithms.rollout_correction` of ``old_log_prob`` against the batch's
+  ``rollout_log_probs`` weights and masks the per-token terms after the token masks, before
+  aggregation (bypass: the rollout log-probs are the ratio's behaviour policy); ``rollout_corr/*``
+  metrics.
 
 Metrics: MindSpeed-RL's (``actor/pg_loss``, ``actor/pg_clipfrac`` = low + high, ``actor/ppo_kl``,
 ``actor/kl_loss``, ``actor/entropy``) plus ``actor/clip_frac_low``, ``actor/clip_frac_high`` and, with
