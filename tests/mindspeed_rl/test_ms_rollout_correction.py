@@ -341,12 +341,27 @@ def test_the_update_asks_the_dock_for_the_column():
         "rollout correction: the column to the actor update"
 
 
+def test_build_passes_mindspeed_rls_columns_through_without_correction():
+    from rlhf_ext.patches.mindspeed_rl.rollout_correction import COLUMN, make_build_with_column
+
+    def build_grpo(self, prompts_num, n_samples_per_prompt, metrics, max_age, gbs_train, addition_columns=None,
+                   reuse_image_embeds=False, dataset_additional_keys=None):
+        return addition_columns
+
+    build = make_build_with_column(build_grpo)
+    assert build(SimpleNamespace(rl_config=rl_config()), 2, 2, None, 1, 2, ["label"]) == ["label"]
+    assert build(SimpleNamespace(rl_config=rl_config()), 2, 2, None, 1, 2) is None
+    on = SimpleNamespace(rl_config=rl_config(rollout_is="token"))
+    assert build(on, 2, 2, None, 1, 2, ["label"]) == ["label", COLUMN]
+    assert build(on, 2, 2, None, 1, 2, addition_columns=None) == [COLUMN]
+
+
 def test_real_transfer_dock_carries_the_column_to_the_actor_train_stage(local_ray, tiny_tokenizer, one_vllm_rank):
-    """DataStrategy.build_grpo (patched) makes a real GRPOTransferDock with the column; MindSpeed-RL's
-    dock refuses the column when correction is off."""
+    """DataStrategy.build_grpo (patched) makes a real GRPOTransferDock (a Ray actor) with the column;
+    what the generate step stored comes back at the actor_train stage."""
     from mindspeed_rl.trainer.utils import data_strategy
     from mindspeed_rl.utils.metrics import Metric
-    from mindspeed_rl.utils.pad_process import remove_padding_tensor_dict_to_dict
+    from mindspeed_rl.utils.pad_process import padding_dict_to_tensor_dict, remove_padding_tensor_dict_to_dict
 
     from rlhf_ext.patches.mindspeed_rl.rollout_correction import COLUMN
 
@@ -355,17 +370,11 @@ def test_real_transfer_dock_carries_the_column_to_the_actor_train_stage(local_ra
     rl = rl_config(rollout_is="token")
     rows, indexes, _ = generate_step(rl, tiny_tokenizer)
     with patch.object(data_strategy, "GRPOTransferDock", small):
-        docks = {}
-        for name, cfg in (("on", rl), ("off", rl_config())):
-            strategy = data_strategy.DataStrategy(cfg)
-            strategy.build_grpo(prompts_num=2, n_samples_per_prompt=2, metrics=Metric(), max_age=1, gbs_train=2)
-            docks[name] = strategy.td
-    from mindspeed_rl.utils.pad_process import padding_dict_to_tensor_dict
-
-    local_ray.get(docks["on"].put_experience.remote(data_dict=padding_dict_to_tensor_dict(rows), indexes=indexes))
-    with pytest.raises(Exception, match=COLUMN):
-        local_ray.get(docks["off"].put_experience.remote(data_dict=padding_dict_to_tensor_dict(rows), indexes=indexes))
-    got, got_index = local_ray.get(docks["on"].get_experience.remote(
+        strategy = data_strategy.DataStrategy(rl)
+        strategy.build_grpo(prompts_num=2, n_samples_per_prompt=2, metrics=Metric(), max_age=1, gbs_train=2)
+    dock = strategy.td
+    local_ray.get(dock.put_experience.remote(data_dict=padding_dict_to_tensor_dict(rows), indexes=indexes))
+    got, got_index = local_ray.get(dock.get_experience.remote(
         "actor_train", ["responses", "response_length", COLUMN], 4, indexes=[0, 1, 2, 3], get_n_samples=False))
     got = remove_padding_tensor_dict_to_dict(got) if "original_length" in got.keys() else got
     by_index = dict(zip(got_index, range(len(got_index))))
@@ -373,6 +382,7 @@ def test_real_transfer_dock_carries_the_column_to_the_actor_train_stage(local_ra
         row = got[COLUMN][by_index[i]]
         n = int(got["response_length"][by_index[i]])
         assert row[:n].tolist() == pytest.approx(rows[COLUMN][i].tolist())
+    local_ray.kill(dock)
 
 
 # ---- the actor losses ---------------------------------------------------------------------------------
