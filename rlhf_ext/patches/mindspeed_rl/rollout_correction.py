@@ -3,23 +3,20 @@
 MindSpeed-RL's vLLM engine computes the sampled tokens' log-probs (``SamplingParams(logprobs=1)``)
 and drops them on the way to the transfer dock. These seams carry them, as a ``rollout_log_probs``
 column, from the engine to the actor loss, where :mod:`.losses` applies
-:func:`rlhf_ext.algorithms.rollout_correction` (docs/rollout_correction.md has the table):
+:func:`rlhf_ext.algorithms.rollout_correction` (docs/rollout_correction.md, "MindSpeed-RL 2.1.0"),
+module paths under ``mindspeed_rl.``:
 
-==============================================================  ==========================================  ================
-where (module under ``mindspeed_rl.``)                          what                                        runs in
-==============================================================  ==========================================  ================
-``models.rollout.vllm_engine``                                  keeps each output's log-probs, cut to its   actor workers
-``VLLMInferEngine._post_process_outputs``                       own length, on the engine
-``workers.actor_hybrid_worker``                                 after the sync generate step: adds the      actor workers
-``ActorHybridWorkerBase.collect_transfer_dock_data``            ``rollout_log_probs`` column, one row per
-                                                                response, cut to its ``response_length``
-``workers.actor_hybrid_worker``                                 ``actor_train`` stage: asks the dock for    actor workers
-``ActorHybridWorkerBase.dispatch_transfer_dock_data``           the column too
-``trainer.utils.data_strategy``                                 the dock gets the column                    trainer task
-``DataStrategy.build_grpo`` / ``build_dapo``                    (``addition_columns``)
-``config_cls.validate_config.validate_rl_args``                 config time: refuses what would make the    ``train`` task
-                                                                log-probs wrong (below)
-==============================================================  ==========================================  ================
+* ``models.rollout.vllm_engine.VLLMInferEngine._post_process_outputs`` (actor workers): keeps each
+  output's log-probs, cut to its own length, on the engine;
+* ``workers.actor_hybrid_worker.ActorHybridWorkerBase.collect_transfer_dock_data`` (actor workers):
+  after the sync generate step, the ``rollout_log_probs`` column, one row per response, cut to the
+  length MindSpeed-RL stores for the response;
+* ``workers.actor_hybrid_worker.ActorHybridWorkerBase.dispatch_transfer_dock_data`` (actor workers):
+  the ``actor_train`` stage asks the dock for the column too;
+* ``trainer.utils.data_strategy.DataStrategy.build_grpo`` / ``build_dapo`` (``train`` task): the
+  dock gets the column (``addition_columns``);
+* ``config_cls.validate_config.validate_rl_args`` (``train`` task): config-time refusal of what would
+  make the log-probs wrong (below).
 
 ``validate_rl_args`` is the only MindSpeed-RL function that sees ``rl_config`` and ``generate_config``
 together; the CLIs call it in their ``train`` Ray task (``parse_training_config``), first thing,
