@@ -101,22 +101,39 @@ class RunWriter:
                 self.started_at = float(json.loads(config.read_text()).get("started_at", self.started_at))
             except (ValueError, TypeError):
                 pass
-        for name in (runs.METRICS, runs.EVENTS):
+        for name in (runs.METRICS, runs.EVENTS, runs.ROLLOUT_SAMPLES):
             runs.repair_tail(self.path / name)
+        self.samples_written = 0
+        self.samples_full = False
 
     def begin(self, resume_step: int) -> None:
         metrics = self.path / runs.METRICS
         if resume_step > 0:
             dropped = runs.truncate_metrics_after(metrics, resume_step)
+            runs.truncate_metrics_after(self.path / runs.ROLLOUT_SAMPLES, resume_step)
             self.event("resume", resume_step, dropped_steps=dropped)
         else:
             if metrics.exists() and metrics.stat().st_size > 0:
                 # a fresh run in a used directory: keep the old record beside, never mix the two
                 stamp = time.strftime("%Y%m%d-%H%M%S")
-                for name in (runs.METRICS, runs.EVENTS, runs.INCIDENT):
+                for name in (runs.METRICS, runs.EVENTS, runs.INCIDENT, runs.ROLLOUT_SAMPLES):
                     if (self.path / name).exists():
                         os.replace(self.path / name, self.path / f"{name}.previous-{stamp}")
             self.event("start", 0)
+        self.samples_written = len(runs.read_jsonl(self.path / runs.ROLLOUT_SAMPLES))
+
+    def write_samples(self, step: int, records: List[Dict[str, Any]], total_cap: int) -> int:
+        """Append a step's rollout samples while the run's total stays within ``total_cap``; the
+        first time the cap cuts samples off, a ``rollout_samples_full`` event says so. Returns how many were written."""
+        room = max(0, total_cap - self.samples_written)
+        kept = records[:room]
+        for rec in kept:
+            runs.append_jsonl(self.path / runs.ROLLOUT_SAMPLES, rec)
+        self.samples_written += len(kept)
+        if len(kept) < len(records) and not self.samples_full:
+            self.samples_full = True
+            self.event("rollout_samples_full", step, total=self.samples_written, cap=total_cap)
+        return len(kept)
 
     def write_step(self, step: int, values: Mapping[str, Any]) -> None:
         from rlhf_ext.throughput import step_throughput
