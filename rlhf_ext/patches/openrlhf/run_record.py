@@ -95,11 +95,14 @@ class RunWriter:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
+        self.compute: Optional[Dict[str, Any]] = None
         config = self.path / runs.CONFIG
         if config.exists():
             try:
-                self.started_at = float(json.loads(config.read_text()).get("started_at", self.started_at))
-            except (ValueError, TypeError):
+                written = json.loads(config.read_text())
+                self.started_at = float(written.get("started_at", self.started_at))
+                self.compute = written.get("compute") if isinstance(written.get("compute"), dict) else None
+            except (ValueError, TypeError, AttributeError):
                 pass
         for name in (runs.METRICS, runs.EVENTS, runs.ROLLOUT_SAMPLES):
             runs.repair_tail(self.path / name)
@@ -138,7 +141,7 @@ class RunWriter:
     def write_step(self, step: int, values: Mapping[str, Any]) -> None:
         from rlhf_ext.throughput import step_throughput
 
-        values = {**values, **step_throughput(values)}
+        values = {**values, **step_throughput(values, self.compute)}
         runs.append_jsonl(self.path / runs.METRICS, runs.metrics_record(step, values, now=time.time(),
                                                                          started_at=self.started_at))
 
@@ -450,7 +453,18 @@ def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
                             "input_template": args.get("data.input_template"),
                             "input_key": args.get("data.input_key")},
         "started_at": started_at,
+        "compute": _compute(namespace),
     }
+
+
+def _compute(namespace) -> Dict[str, Any]:
+    """The device, the training devices, the model's shape: what the per-step MFU needs."""
+    from rlhf_ext.throughput import compute_block
+
+    nodes, per_node = getattr(namespace, "actor.num_nodes", None), getattr(namespace, "actor.num_gpus_per_node", None)
+    count = nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
+    return compute_block(getattr(namespace, "actor.model_name_or_path", None) or getattr(namespace, "actor.pretrain", None),
+                         count, getattr(namespace, "train.max_epochs", None))
 
 
 _driver_state: Dict[str, Any] = {}
