@@ -82,3 +82,31 @@ def test_the_writer_records_mfu_from_the_config_compute_block(tmp_path):
                           "timing/step_total": 2.0})
     (rec,) = runs.read_metrics(tmp_path / runs.METRICS)
     assert rec[PREFIX + "update_flops"] == 103680 and rec[PREFIX + "mfu"] == pytest.approx(0.10368)
+
+
+def test_report_run_table_mfu_by_hand_on_real_tiny_runs_and_the_reason_when_there_is_none(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from rlhf_ext.report import load_runs
+    from rlhf_ext.report.throughput import throughput_rows
+
+    tiny = Path(__file__).resolve().parent / "data" / "report_tiny" / "runs"
+    for name in ("grpo", "dr_grpo"):
+        shutil.copytree(tiny / name, tmp_path / name)
+    config = json.loads((tmp_path / "grpo" / runs.CONFIG).read_text())
+    shape = flops.shape_from_config(TINY)
+    config["compute"] = {"device": "NVIDIA H200", "device_count": 2, "peak_flops_per_device": 989e12,
+                         "peak_source": "test", "model_shape": shape.to_json(), "updates_per_step": 1,
+                         "mfu_unavailable": None}
+    runs.write_json_atomic(tmp_path / "grpo" / runs.CONFIG, config)
+    rows = throughput_rows(load_runs([tmp_path / "grpo", tmp_path / "dr_grpo"]))
+    recs = runs.read_metrics(tmp_path / "grpo" / runs.METRICS)
+    work = sum(r["rollout/num_samples"] * r["train/total_length"] * shape.train_flops_per_token(r["train/total_length"])
+               for r in recs)
+    assert rows[0].mfu == pytest.approx(work / (sum(r["timing/ppo_train"] for r in recs) * 989e12 * 2))
+    assert rows[1].mfu is None and "no compute block" in rows[1].mfu_note
+    config["compute"].update(peak_flops_per_device=None, mfu_unavailable="no peak-FLOPs figure for device 'cpu'")
+    runs.write_json_atomic(tmp_path / "grpo" / runs.CONFIG, config)
+    (row, _) = throughput_rows(load_runs([tmp_path / "grpo", tmp_path / "dr_grpo"]))
+    assert row.mfu is None and row.mfu_note == "no peak-FLOPs figure for device 'cpu'"

@@ -326,11 +326,21 @@ def _throughput_table(data: ReportData) -> str:
     body = "".join(f"<tr><td>{_e(r.name)}</td><td class=num>{cell(r.s_per_step, '{:.3g}')}</td>"
                    f"<td class=num>{cell(r.tokens_per_s, '{:.4g}')}</td><td class=num>{cell(r.speed_vs_first, '{:.2f}x')}"
                    f"</td><td class=num>{cell(None if r.wait_share is None else 100 * r.wait_share, '{:.0f}%')}</td>"
-                   f"<td class=num>{cell(r.weight_sync_s, '{:.3g}')}</td></tr>" for r in rows)
+                   f"<td class=num>{cell(r.weight_sync_s, '{:.3g}')}</td>{_mfu_cell(r)}</tr>" for r in rows)
     return ("<h3 style='font-size:14px;margin:16px 0 6px'>Throughput (medians over steps)</h3>"
             "<table id=throughput-table><tr><th>run</th><th>s/step</th><th>completion tokens/s</th>"
-            "<th>speed vs first run</th><th>% of step waiting for rollouts</th><th>weight sync, s</th></tr>"
+            "<th>speed vs first run</th><th>% of step waiting for rollouts</th><th>weight sync, s</th>"
+            "<th title='model FLOPs of the policy update (6N + 12LHQT per token, PaLM) / (update time x peak x "
+            "devices); generation and reference passes not counted'>MFU of the update (run; median step)</th></tr>"
             + body + "</table>")
+
+
+def _mfu_cell(r) -> str:
+    if r.mfu is None:
+        return f'<td class="num mfu" title="{_e(r.mfu_note or "")}">\u2014 <span class=small>{_e(r.mfu_note or "")}</span></td>'
+    step = "" if r.mfu_median_step is None else f"; {100 * r.mfu_median_step:.3g}%"
+    return f'<td class="num mfu" title="{_e(r.mfu_note or "")}">{100 * r.mfu:.3g}%{step}</td>'
+
 
 
 def _diff_table(data: ReportData, colors: Sequence[str]) -> str:
