@@ -86,7 +86,11 @@ class ModelShape:
         return 6.0 * self.matmul_params + 12.0 * self.layers * self.heads * self.head_dim * seq_len
 
     def to_json(self) -> Dict[str, Any]:
-        return {**asdict(self), "matmul_params": self.matmul_params}
+        """The shape, ``N``, and the count's two coefficients: FLOPs per token = ``flops_per_token_fixed``
+        + ``flops_per_token_per_position`` x T (what :func:`rlhf_ext.throughput.step_mfu` reads)."""
+        return {**asdict(self), "matmul_params": self.matmul_params,
+                "flops_per_token_fixed": 6.0 * self.matmul_params,
+                "flops_per_token_per_position": 12.0 * self.layers * self.heads * self.head_dim}
 
 
 _PLAIN_MLP = ("gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi")
@@ -131,3 +135,25 @@ def read_model_shape(model: str) -> ModelShape:
         return shape_from_config(AutoConfig.from_pretrained(model, local_files_only=True).to_dict())
     except (OSError, ValueError) as exc:
         raise ValueError(f"no readable config for model {model!r}: {exc}") from None
+
+
+def compute_block(model: Optional[str], device_count: Optional[int], updates_per_step: Optional[int],
+                  device: Optional[str], device_error: Optional[str] = None) -> Dict[str, Any]:
+    """A run record's ``compute`` block: the device and how many train the policy, their peak and its
+    source, the model's shape, and ``mfu_unavailable``: why there will be no MFU (``None`` when there
+    will be). ``device``: the name torch gives it (``None`` with ``device_error`` when it could not be read)."""
+    peak, source = device_peak(device)
+    shape, why = None, None
+    try:
+        shape = read_model_shape(model).to_json() if model else None
+        if shape is None:
+            why = "the run names no model"
+    except ValueError as exc:
+        why = str(exc)
+    if peak is None:
+        why = why or (device_error if device is None and device_error else source)
+    if not device_count or device_count < 1:
+        why = why or "the number of training devices is unknown"
+    return {"device": device, "device_count": device_count, "peak_flops_per_device": peak,
+            "peak_source": source if peak is not None else None, "model_shape": shape,
+            "updates_per_step": updates_per_step or 1, "mfu_unavailable": why}

@@ -16,8 +16,8 @@ From the values OpenRLHF logs each step (docs/run_records.md):
 
 The run-record writer adds them to every step's line as ``rlhf_ext/throughput/<name>``
 (:mod:`rlhf_ext.patches.openrlhf.run_record`), MFU from the ``compute`` block of ``config.json``
-(:func:`compute_block`: device, device count, peak and its source, the model's shape, or why there is
-no MFU); the report summarises them per run.
+(:func:`rlhf_ext.flops.compute_block`: device, device count, peak and its source, the model's shape,
+or why there is no MFU); the report summarises them per run.
 """
 
 from __future__ import annotations
@@ -65,74 +65,23 @@ def step_throughput(values: Mapping[str, Any], compute: Optional[Mapping[str, An
 
 
 def step_mfu(values: Mapping[str, Any], compute: Optional[Mapping[str, Any]]) -> Dict[str, float]:
-    """``update_flops`` (when the model shape is known) and ``mfu`` (when the device's peak is too)."""
-    from .flops import ModelShape
+    """``update_flops`` (when the model shape is known) and ``mfu`` (when the device's peak is too).
 
+    The shape's two coefficients (:meth:`rlhf_ext.flops.ModelShape.to_json`) give the FLOPs per token
+    at the step's mean length T: ``fixed + per_position x T`` = 6N + 12LHQ x T."""
     shape = (compute or {}).get("model_shape")
     samples = _num(values, "rollout/num_samples")
     seq = _num(values, "total_length", "train/total_length")
     if not isinstance(shape, Mapping) or samples is None or not seq or seq <= 0:
         return {}
-    fields = {k: shape[k] for k in ModelShape.__dataclass_fields__ if k in shape}
-    try:
-        model = ModelShape(**fields)
-    except TypeError:
+    fixed, per_position = _num(shape, "flops_per_token_fixed"), _num(shape, "flops_per_token_per_position")
+    if fixed is None or per_position is None:
         return {}
     epochs = float(compute.get("updates_per_step") or 1)
-    flops = epochs * samples * seq * model.train_flops_per_token(seq)
+    flops = epochs * samples * seq * (fixed + per_position * seq)
     out = {PREFIX + "update_flops": flops}
     peak, devices = compute.get("peak_flops_per_device"), compute.get("device_count")
     update_s = _num(values, "timing/ppo_train")
     if isinstance(peak, (int, float)) and peak > 0 and isinstance(devices, int) and devices > 0 and update_s:
         out[PREFIX + "mfu"] = flops / (update_s * peak * devices)
     return out
-
-
-def _device_name() -> Optional[str]:
-    """The accelerator this process sees (``cpu`` when none), as torch names it."""
-    try:
-        from rlhf_ext.patches.retarget.state import current_backend
-
-        if current_backend() == "cpu":
-            return "cpu"
-    except ImportError:
-        pass
-    import torch
-
-    npu = getattr(torch, "npu", None)
-    if npu is not None and getattr(npu, "is_available", lambda: False)():
-        return str(npu.get_device_name(0))
-    if torch.cuda.is_available():
-        return str(torch.cuda.get_device_name(0))
-    return "cpu"
-
-
-def compute_block(model: Optional[str], device_count: Optional[int], updates_per_step: Optional[int],
-                  device: Optional[str] = None) -> Dict[str, Any]:
-    """``config.json``'s ``compute``: the device (``device`` or the one this process sees), how many
-    train the policy, their peak and its source, the model's shape (:mod:`rlhf_ext.flops`), and
-    ``mfu_unavailable``: why there will be no MFU (``None`` when there will be)."""
-    from .flops import device_peak, read_model_shape
-
-    why_device = "the run record names no device"
-    if device is None:
-        try:
-            device = _device_name()
-        except Exception as exc:  # noqa: BLE001 - a broken driver stack must not stop the run record
-            device = None
-            why_device = f"the device could not be read ({exc!r})"
-    peak, source = device_peak(device)
-    shape, why = None, None
-    try:
-        shape = read_model_shape(model).to_json() if model else None
-        if shape is None:
-            why = "the run names no model"
-    except ValueError as exc:
-        why = str(exc)
-    if peak is None:
-        why = why or (source if device is not None else why_device)
-    if not device_count or device_count < 1:
-        why = why or "the number of training devices is unknown"
-    return {"device": device, "device_count": device_count, "peak_flops_per_device": peak,
-            "peak_source": source if peak is not None else None, "model_shape": shape,
-            "updates_per_step": updates_per_step or 1, "mfu_unavailable": why}

@@ -9,7 +9,8 @@ import pytest
 
 from rlhf_ext import flops, runs
 from rlhf_ext.patches.openrlhf import run_record as rr
-from rlhf_ext.throughput import PREFIX, compute_block, step_throughput
+from rlhf_ext.flops import compute_block
+from rlhf_ext.throughput import PREFIX, step_throughput
 
 TINY = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2,
         "num_key_value_heads": 1, "intermediate_size": 16, "vocab_size": 32}
@@ -22,6 +23,8 @@ def test_flops_per_token_by_hand():
     assert shape.matmul_params == 1408
     # 6 N + 12 L H Q T at T = 10: 8448 + 12 * 2 * 2 * 4 * 10 = 8448 + 1920
     assert shape.train_flops_per_token(10) == 10368
+    coeffs = shape.to_json()  # what the record stores: 6N and 12LHQ
+    assert (coeffs["flops_per_token_fixed"], coeffs["flops_per_token_per_position"]) == (8448, 192)
     gpt2 = flops.shape_from_config({"model_type": "gpt2", "n_layer": 1, "n_embd": 4, "n_head": 2, "vocab_size": 10})
     # plain MLP of 4 x hidden: 2 x 4 x 16 = 128; attention 4 x 4 x 4 = 64; head 40
     assert (gpt2.gated_mlp, gpt2.intermediate, gpt2.matmul_params) == (False, 16, 232)

@@ -70,6 +70,10 @@ def _experiences(tokenizer, prompts, answers, rewards, advantages, truncated):
         singles.append(SamplesGenerator._process_response_into_experience(SimpleNamespace(), response, max_len=1024))
     batch = Experience.concat_experiences(singles, tokenizer.pad_token_id)
     batch.advantages = batch.action_mask.float() * torch.tensor(advantages).unsqueeze(1)
+    # step-level values rlhf_ext's patches copy into every row: not reward components
+    n = len(prompts)
+    batch.info.update({"advantage_std": torch.full((n,), 0.5), "zero_variance_group_frac": torch.zeros(n),
+                       "rollout_mismatch/probs_diff_mean": torch.full((n,), 0.01)})
     return [batch]
 
 

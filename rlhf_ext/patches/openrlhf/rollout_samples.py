@@ -27,9 +27,21 @@ from .config import setting
 
 logger = logging.getLogger(__name__)
 
-# what OpenRLHF itself puts into Experience.info: everything else there is the reward function's extra_logs
+# what OpenRLHF itself puts into Experience.info; the rest is the reward function's extra_logs, except
+# the step-level values rlhf_ext's own patches copy into every row (:func:`not_reward_keys`)
 OPENRLHF_INFO_KEYS = frozenset({"reward", "score", "response_clip_ratio", "kl", "logprobs_diff", "group_reward_std",
                                 "return", "response_length", "total_length"})
+
+
+def is_reward_component(key: str) -> bool:
+    """Whether an ``Experience.info`` key is one of the reward function's ``extra_logs`` (a component or flag)."""
+    from .advantages import ADVANTAGE_STD_KEY, ZERO_VARIANCE_KEY
+    from .kl import KL_CLIP_FRAC_KEY
+    from .mismatch import METRIC_PREFIX as MISMATCH_PREFIX
+    from .rollout_correction import METRIC_PREFIX as CORRECTION_PREFIX
+
+    return (key not in OPENRLHF_INFO_KEYS and key not in (ADVANTAGE_STD_KEY, ZERO_VARIANCE_KEY, KL_CLIP_FRAC_KEY)
+            and not key.startswith((MISMATCH_PREFIX, CORRECTION_PREFIX)))
 
 
 def per_step_cap(args) -> int:
@@ -83,7 +95,7 @@ def sample_records(step: int, experiences: Sequence[Any], tokenizer, cap: int) -
         info = getattr(exp, "info", None) or {}
         reward = _row_value(info["reward"], i) if "reward" in info else (
             _row_value(exp.rewards, i) if getattr(exp, "rewards", None) is not None else None)
-        components = {k: _row_value(v, i) for k, v in info.items() if k not in OPENRLHF_INFO_KEYS}
+        components = {k: _row_value(v, i) for k, v in info.items() if is_reward_component(k)}
         truncated = _row_value(exp.truncated, i) if getattr(exp, "truncated", None) is not None else None
         labels = getattr(exp, "labels", None) or []
         out.append(runs.rollout_sample_record(

@@ -457,14 +457,35 @@ def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
     }
 
 
+def _device_name() -> str:
+    """The accelerator the driver sees, as torch names it (``cpu`` on the CPU target or with none)."""
+    from rlhf_ext.patches.retarget.state import current_backend
+
+    if current_backend() == "cpu":
+        return "cpu"
+    import torch
+
+    npu = getattr(torch, "npu", None)
+    if npu is not None and getattr(npu, "is_available", lambda: False)():
+        return str(npu.get_device_name(0))
+    if torch.cuda.is_available():
+        return str(torch.cuda.get_device_name(0))
+    return "cpu"
+
+
 def _compute(namespace) -> Dict[str, Any]:
     """The device, the training devices, the model's shape: what the per-step MFU needs."""
-    from rlhf_ext.throughput import compute_block
+    from rlhf_ext.flops import compute_block
 
+    device, error = None, None
+    try:
+        device = _device_name()
+    except Exception as exc:  # noqa: BLE001 - a broken device stack must not stop the run record
+        error = f"the device could not be read ({exc!r})"
     nodes, per_node = getattr(namespace, "actor.num_nodes", None), getattr(namespace, "actor.num_gpus_per_node", None)
     count = nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
-    return compute_block(getattr(namespace, "actor.model_name_or_path", None) or getattr(namespace, "actor.pretrain", None),
-                         count, getattr(namespace, "train.max_epochs", None))
+    return compute_block(getattr(namespace, "actor.model_name_or_path", None), count,
+                         getattr(namespace, "train.max_epochs", None), device, error)
 
 
 _driver_state: Dict[str, Any] = {}
