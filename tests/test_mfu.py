@@ -109,6 +109,14 @@ def test_report_run_table_mfu_by_hand_on_real_tiny_runs_and_the_reason_when_ther
                for r in recs)
     assert rows[0].mfu == pytest.approx(work / (sum(r["timing/ppo_train"] for r in recs) * 989e12 * 2))
     assert rows[1].mfu is None and "no compute block" in rows[1].mfu_note
+    from rlhf_ext.report import write_report
+
+    page = write_report([tmp_path / "grpo", tmp_path / "dr_grpo"], tmp_path / "r.html").read_text()
+    table = page[page.index("<table id=throughput-table>"):]
+    table = table[:table.index("</table>")]
+    cells = table.split('class="num mfu"')[1:]
+    assert f">{100 * rows[0].mfu:.3g}%;" in cells[0] and "NVIDIA H200 x 2" in cells[0]
+    assert "\u2014" in cells[1] and "the run record has no compute block" in cells[1]
     config["compute"].update(peak_flops_per_device=None, mfu_unavailable="no peak-FLOPs figure for device 'cpu'")
     runs.write_json_atomic(tmp_path / "grpo" / runs.CONFIG, config)
     (row, _) = throughput_rows(load_runs([tmp_path / "grpo", tmp_path / "dr_grpo"]))

@@ -364,7 +364,8 @@ def _throughput_table(data: ReportData) -> str:
 
 def _mfu_cell(r) -> str:
     if r.mfu is None:
-        return f'<td class="num mfu" title="{_e(r.mfu_note or "")}">\u2014 <span class=small>{_e(r.mfu_note or "")}</span></td>'
+        short = (r.mfu_note or "").split(" (")[0]  # the whole reason in the tooltip
+        return f'<td class="num mfu" title="{_e(r.mfu_note or "")}">\u2014 <span class=small>{_e(short)}</span></td>'
     step = "" if r.mfu_median_step is None else f"; {100 * r.mfu_median_step:.3g}%"
     return f'<td class="num mfu" title="{_e(r.mfu_note or "")}">{100 * r.mfu:.3g}%{step}</td>'
 
