@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -276,7 +277,8 @@ def rollout_sample_record(step: int, *, prompt: str, response: str, reward: Opti
                            "truncated": None if truncated is None else bool(truncated),
                            "response_tokens": None if response_tokens is None else int(response_tokens)}
     if label is not None:
-        rec["label"] = label if isinstance(label, (str, int, float, bool)) else str(label)
+        # choice / ranking golds are objects: kept as their JSON text
+        rec["label"] = label if isinstance(label, (str, int, float, bool)) else json.dumps(label, default=str)
     if prompt_cut or response_cut:
         rec["clipped"] = {k: n for k, n in (("prompt", prompt_cut), ("response", response_cut)) if n}
     return rec
@@ -404,6 +406,19 @@ def summarize(run_dir: os.PathLike) -> str:
             )
         elif ev.get("event") == "mismatch_warning":
             lines.append(f"  mismatch warning at step {ev.get('step')}: {ev.get('message', ev.get('metric'))}")
+    samples = read_rollout_samples(run_dir / ROLLOUT_SAMPLES)
+    if samples:
+        steps = sorted({r["step"] for r in samples})
+        lines.append(f"  rollout samples: {len(samples)} in {ROLLOUT_SAMPLES}, steps {steps[0]}..{steps[-1]} "
+                     "('rlhf-ext report' shows them)")
+    compute = config.get("compute") if isinstance(config.get("compute"), dict) else None
+    if compute is not None and compute.get("mfu_unavailable"):
+        lines.append(f"  MFU: none ({compute['mfu_unavailable']})")
+    elif compute is not None:
+        mfu = [m["rlhf_ext/throughput/mfu"] for m in metrics if isinstance(m.get("rlhf_ext/throughput/mfu"), (int, float))]
+        if mfu:
+            lines.append(f"  MFU of the policy update: median {100 * statistics.median(mfu):.3g}% over {len(mfu)} "
+                         f"steps ({compute.get('device')} x {compute.get('device_count')})")
     ckpts = [ev for ev in events if ev.get("event") == "checkpoint"]
     if ckpts:
         lines.append(f"  checkpoints: {len(ckpts)}, last at step {ckpts[-1].get('step')}: {ckpts[-1].get('path')}")

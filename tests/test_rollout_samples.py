@@ -49,7 +49,7 @@ def test_record_clips_long_texts_and_drops_nonfinite_numbers():
                                      response_tokens=7, label={"answer": 3}, text_chars=20)
     assert rec["prompt"] == "q" * 10 and rec["response"] == "r" * 20 and rec["clipped"] == {"response": 5}
     assert rec["reward"] is None and rec["components"] == {"reward/accuracy": 1.0, "bad": None}
-    assert rec["advantage"] == 0.5 and rec["truncated"] is True and rec["label"] == "{'answer': 3}"
+    assert rec["advantage"] == 0.5 and rec["truncated"] is True and rec["label"] == '{"answer": 3}'
     assert rec["prompt_id"] == runs.prompt_id("q" * 10)
 
 
@@ -156,3 +156,20 @@ def test_the_flags_refuse_negative_caps(parse):
         parse("--rlhf_ext.rollout_samples_total", "0")
     args = parse("--rlhf_ext.rollout_samples", "0")
     assert rs.per_step_cap(args) == 0 and rs.total_cap(args) == runs.SAMPLES_TOTAL
+
+
+def test_runs_show_names_the_samples_and_the_mfu(tmp_path):
+    runs.write_json_atomic(tmp_path / runs.CONFIG, {"name": "r", "compute": {
+        "device": "cpu", "device_count": 1, "mfu_unavailable": "no peak-FLOPs figure for device 'cpu'"}})
+    runs.append_jsonl(tmp_path / runs.METRICS, {"step": 1})
+    for step in (1, 3):
+        runs.append_jsonl(tmp_path / runs.ROLLOUT_SAMPLES, runs.rollout_sample_record(step, prompt="q", response="a",
+                                                                                     reward=1.0))
+    text = runs.summarize(tmp_path)
+    assert "rollout samples: 2 in rollout_samples.jsonl, steps 1..3" in text
+    assert "MFU: none (no peak-FLOPs figure for device 'cpu')" in text
+    runs.write_json_atomic(tmp_path / runs.CONFIG, {"name": "r", "compute": {
+        "device": "NVIDIA H200", "device_count": 8, "mfu_unavailable": None}})
+    for step, mfu in ((1, 0.1), (2, 0.3)):
+        runs.append_jsonl(tmp_path / runs.METRICS, {"step": step, "rlhf_ext/throughput/mfu": mfu})
+    assert "MFU of the policy update: median 20% over 2 steps (NVIDIA H200 x 8)" in runs.summarize(tmp_path)
