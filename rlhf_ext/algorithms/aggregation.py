@@ -11,7 +11,8 @@ from typing import Optional
 
 import torch
 
-from .checks import check_token_inputs
+from .checks import check_token_inputs_finite
+from .float_flags import float_mask
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 
@@ -55,9 +56,12 @@ def aggregate_loss(
     """
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
-    maskb = check_token_inputs(mask, per_token_loss=per_token_loss)
-    # torch.where, not multiplication: padding may hold NaN/Inf and NaN * 0 is NaN.
-    masked = torch.where(maskb, per_token_loss, per_token_loss.new_zeros(()))
+    maskb, finite = check_token_inputs_finite(mask, per_token_loss=per_token_loss)
+    m = float_mask(maskb, per_token_loss.dtype)
+    # A product with the 0/1 mask when the loss is finite everywhere (x * 1 = x, x * 0 = 0 exactly, and
+    # the gradient is passed or zeroed the same way); torch.where when the padding holds NaN/Inf, since
+    # NaN * 0 is NaN.
+    masked = per_token_loss * m if finite else torch.where(maskb, per_token_loss, per_token_loss.new_zeros(()))
     num_tokens = _positive(num_tokens, "num_tokens")
     num_seqs = _positive(num_seqs, "num_seqs")
     max_len = _positive(max_len, "max_len")
@@ -65,9 +69,9 @@ def aggregate_loss(
         num_seqs = float(per_token_loss.shape[0])
 
     if mode == "token-mean":
-        return masked.sum() / (num_tokens if num_tokens is not None else maskb.to(per_token_loss.dtype).sum())
+        return masked.sum() / (num_tokens if num_tokens is not None else m.sum())
     if mode == "seq-mean-token-mean":
-        return (masked.sum(dim=1) / maskb.to(per_token_loss.dtype).sum(dim=1)).sum() / num_seqs
+        return (masked.sum(dim=1) / m.sum(dim=1)).sum() / num_seqs
     if mode == "token-sum":
         return masked.sum()
     if mode == "seq-mean-token-sum":

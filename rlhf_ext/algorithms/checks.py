@@ -20,6 +20,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from .float_flags import rows_all_nonempty
+
 _deferral = threading.local()
 
 
@@ -127,7 +129,7 @@ def check_token_inputs_finite(mask, **tensors) -> Tuple[torch.Tensor, bool]:
     # finite everywhere. A sum is finite only if each of its terms is (NaN and +-Inf propagate; Inf -
     # Inf is NaN), so a finite total proves there is nothing to report; a non-finite one (a NaN in the
     # padding, an overflowing sum) takes the exact per-input checks below, which decide as before.
-    rows_ok = maskb.any(dim=1).all()
+    rows_ok = rows_all_nonempty(maskb)
     total = None
     for t in tensors.values():
         if t.is_complex():  # not covered by the real-valued sum: the exact checks below

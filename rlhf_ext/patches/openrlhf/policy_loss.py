@@ -155,7 +155,9 @@ def make_policy_loss_class(base, module=None):
                                      if self.side_metrics else {})
                 return out
 
-            keep = action_mask.bool().any(dim=-1)  # OpenRLHF's counts leave out empty sequences too
+            # OpenRLHF's counts leave out empty sequences too; the row maxima of the uint8 view are several
+            # times cheaper than a boolean any() on the CPU
+            keep = _row_has_tokens(action_mask)
             if global_batch_size is None:
                 num_seqs, scale = keep.sum().to(torch.float32), 1  # local counts, as OpenRLHF does then
             else:
@@ -172,13 +174,13 @@ def make_policy_loss_class(base, module=None):
                                      if self.side_metrics else {})
                 return out
 
-            n_keep = int(keep.sum())  # one synchronisation for "any row" and "every row"
-            if n_keep == 0:
+            fewest, most = torch.stack(keep.aminmax()).tolist()  # one synchronisation: "every row", "any row"
+            if not most:
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
             rows = (log_probs, old_log_probs, advantages, action_mask, token_keep, rollout_log_probs)
-            if n_keep < keep.numel():  # every row has tokens (the usual case): the tensors as they are
+            if not fewest:  # every row has tokens (the usual case): the tensors as they are
                 rows = tuple(None if t is None else t[keep] for t in rows)
             vllm_kl = filter_ratio = None
             with only_metrics(None if self.side_metrics else HOST_METRICS):
@@ -251,6 +253,12 @@ def make_policy_loss_class(base, module=None):
     RlhfExtPolicyLoss.__name__ = RlhfExtPolicyLoss.__qualname__ = "PolicyLoss"
     RlhfExtPolicyLoss.__module__ = base.__module__
     return RlhfExtPolicyLoss
+
+
+def _row_has_tokens(action_mask: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[B]``: the row has a response token."""
+    m = action_mask if action_mask.dtype == torch.bool else action_mask != 0
+    return m.view(torch.uint8).amax(dim=-1) > 0
 
 
 def configure_from_args(loss_fn, args) -> None:
