@@ -39,9 +39,10 @@ def flag(op: Callable[..., torch.Tensor], a: torch.Tensor, b: Operand) -> torch.
 
 
 def rows_all_nonempty(mask: torch.Tensor) -> torch.Tensor:
-    """0-dim boolean tensor: every row of the 2-D ``mask`` has a true entry (no host synchronisation).
+    """0-dim ``uint8`` tensor, 1 if every row of the 2-D ``mask`` has a true entry, else 0 (no host
+    synchronisation; a number, so that a caller can fold it into another value it reads anyway).
 
     The row maximum of the ``uint8`` view, then the minimum over rows: a few microseconds where
     ``mask.any(dim=1).all()`` takes tens on the CPU."""
     m = mask.view(torch.uint8) if mask.dtype == torch.bool else (mask != 0).view(torch.uint8)
-    return m.amax(dim=1).amin() > 0
+    return m.amax(dim=1).amin()

@@ -68,14 +68,15 @@ def _prepare(log_probs, old_log_probs, advantages, mask):
     return maskb, lp, old, adv, m, m.sum()
 
 
-def _log_ratio(lp, old, log_ratio_clip):
+def _log_ratio(lp, old, log_ratio_clip, in_range: bool = True):
     """``(log_ratio, in_range)``: ``log pi - log pi_old`` (detached) clamped to ``+-log_ratio_clip``, and the
     derivative of the clamp (1 inside, ties included as autograd's ``clamp``; 0 outside) as a 0/1 float,
-    or ``None`` without a clip."""
+    or ``None`` without a clip or when not asked for (``in_range=False``)."""
     log_ratio = lp.detach() - old
     if log_ratio_clip is None:
         return log_ratio, None
-    return log_ratio.clamp(-log_ratio_clip, log_ratio_clip), flag(torch.le, log_ratio.abs(), log_ratio_clip)
+    clamped = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    return clamped, (flag(torch.le, log_ratio.abs(), log_ratio_clip) if in_range else None)
 
 
 def _times(x: torch.Tensor, factor: Optional[torch.Tensor]) -> torch.Tensor:
@@ -137,7 +138,7 @@ def cispo(
     maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
     lower = None if clip_ratio_low is None else 1.0 - clip_ratio_low
     with torch.no_grad():  # the weight is detached: value and derivative are -w A
-        log_ratio, _ = _log_ratio(lp, old, log_ratio_clip)
+        log_ratio, _ = _log_ratio(lp, old, log_ratio_clip, in_range=False)
         ratio = torch.exp(log_ratio)
         weight = ratio.clamp(min=lower, max=1.0 + clip_ratio_high)
         coef = -weight * adv
@@ -431,7 +432,7 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
     maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
     with torch.no_grad():  # the weight and the region are detached: value and derivative are -A w valid
         lp_d = lp.detach()
-        log_ratio, _ = _log_ratio(lp, old, log_ratio_clip)
+        log_ratio, _ = _log_ratio(lp, old, log_ratio_clip, in_range=False)
         ratio = torch.exp(log_ratio)
         weight = ratio.clamp(max=clip_ratio_c)
         prob, old_prob = torch.exp(lp_d), torch.exp(old)
@@ -441,22 +442,24 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
             inside_pos, inside_neg = flag(torch.le, diff, high), flag(torch.ge, diff, -low)
         else:
             # binary KL between Bernoulli(old_prob) and Bernoulli(prob); 1e-8 as verl
-            bkl = old_prob * (old - lp_d) + (1 - old_prob) * torch.log(
-                (1.0 - old_prob + 1e-8) / (1.0 - prob + 1e-8))
+            old_rest = 1 - old_prob
+            bkl = old_prob * (old - lp_d) + old_rest * torch.log((old_rest + 1e-8) / ((1.0 - prob).add_(1e-8)))
             # "or" of 0/1 flags: their maximum
             inside_pos = torch.maximum(flag(torch.le, bkl, high), flag(torch.le, prob, old_prob))
             inside_neg = torch.maximum(flag(torch.le, bkl, low), flag(torch.ge, prob, old_prob))
         # the A > 0 region where A > 0, else the A <= 0 one: exact sums of 0/1 products, as torch.where picks
-        valid = (positive * inside_pos).add_((1.0 - positive).mul_(inside_neg))
+        not_positive = 1.0 - positive
+        valid = (positive * inside_pos).add_(not_positive * inside_neg)
         coef = -adv * weight * valid
     loss = with_derivative(coef, lp, coef)
     metrics: Metrics = {}
     if metric_wanted("clip_frac_high") or metric_wanted("clip_frac_low"):
+        # outside the region; 0 on the padding, where pi = pi_old = 1 and A = 0 lie inside the A <= 0 region
         outside = 1.0 - valid
         if metric_wanted("clip_frac_high"):
-            metrics["clip_frac_high"] = _frac(outside * positive, count)  # 0 on the padding (A = 0 there)
+            metrics["clip_frac_high"] = _frac(outside * positive, count)
         if metric_wanted("clip_frac_low"):
-            metrics["clip_frac_low"] = _frac((outside * (1.0 - positive)).mul_(m), count)
+            metrics["clip_frac_low"] = _frac(outside.mul_(not_positive), count)
     if metric_wanted("is_trunc_frac"):
         metrics["is_trunc_frac"] = _frac((flag(torch.gt, ratio, clip_ratio_c) * valid).mul_(m), count)
     if metric_wanted("ppo_kl"):
