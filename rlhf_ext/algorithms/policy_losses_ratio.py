@@ -322,7 +322,8 @@ def clip_cov(
 
     Options (verl keys): ``clip_ratio_low/high``, ``policy_loss.clip_cov_ratio`` (0.0002),
     ``clip_cov_lb`` (1.0), ``clip_cov_ub`` (5.0). Metrics: ``cov_clip_frac`` (tokens detached),
-    ``clip_frac_low`` / ``clip_frac_high`` (PPO's), ``ppo_kl``.
+    ``clip_frac_low`` / ``clip_frac_high`` (tokens whose loss PPO's clip set, ``A < 0`` / ``A > 0``),
+    ``ppo_kl``.
     """
     if clip_ratio_high is None:
         clip_ratio_high = clip_ratio_low
@@ -340,15 +341,16 @@ def clip_cov(
         loss1 = neg_adv * ratio
         loss2 = neg_adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
         value = torch.maximum(loss1, loss2).contiguous()
-        unclipped = 1.0 - flag(torch.gt, loss2, loss1)  # verl's clip_by_origin, negated
+        clipped = flag(torch.gt, loss2, loss1)  # verl's clip_by_origin (0 on the padding: both losses 0 there)
+        kept = m - clipped  # response tokens PPO did not clip (1), the others (0)
         # verl's means over the response tokens (sums of the zeroed inputs over the count)
         lp_d = lp.detach()
         cov = (adv - adv.sum() / count) * (lp_d - lp_d.sum() / count)
-        candidates = (flag(torch.gt, cov, clip_cov_lb) * flag(torch.lt, cov, clip_cov_ub)).mul_(unclipped).mul_(m)
+        candidates = (flag(torch.gt, cov, clip_cov_lb) * flag(torch.lt, cov, clip_cov_ub)).mul_(kept)
         chosen = _select_random(candidates.reshape(-1).bool(), max(int(clip_cov_ratio * n_tokens), 1), generator,
                                 seed)
         # the derivative where the max kept -A rho (not clipped): -A rho, times the outer clamp's derivative
-        coef = _times(loss1 * unclipped, in_range).contiguous()
+        coef = _times(loss1 * kept, in_range).contiguous()
         # the chosen tokens are detached (verl multiplies them by 0): value and derivative 0 there, written
         # into the few positions instead of a product over every token
         value.view(-1).index_fill_(0, chosen, 0.0)
@@ -357,11 +359,14 @@ def clip_cov(
     metrics: Metrics = {}
     if metric_wanted("cov_clip_frac"):
         metrics["cov_clip_frac"] = (count.new_tensor(float(len(chosen))) / count).detach()
-    if metric_wanted("clip_frac_low"):
-        metrics["clip_frac_low"] = _frac(flag(torch.lt, ratio, 1.0 - clip_ratio_low) * flag(torch.lt, adv, 0.0), count)
-    if metric_wanted("clip_frac_high"):
-        metrics["clip_frac_high"] = _frac(flag(torch.gt, ratio, 1.0 + clip_ratio_high) * flag(torch.gt, adv, 0.0),
-                                          count)
+    if metric_wanted("clip_frac_low") or metric_wanted("clip_frac_high"):
+        # the tokens the clip bound (as OpenRLHF's clip_ratio counts them), split by the sign of A: the upper
+        # bound binds only where A > 0, the lower only where A < 0 (counts of 0/1 floats: exact)
+        high = (clipped * flag(torch.gt, adv, 0.0)).sum()
+        if metric_wanted("clip_frac_high"):
+            metrics["clip_frac_high"] = (high / count).detach()
+        if metric_wanted("clip_frac_low"):
+            metrics["clip_frac_low"] = ((clipped.sum() - high) / count).detach()
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     return loss, metrics  # 0 on the padding already (see _prepare)
@@ -432,7 +437,8 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
     maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
     with torch.no_grad():  # the weight and the region are detached: value and derivative are -A w valid
         lp_d = lp.detach()
-        log_ratio, _ = _log_ratio(lp, old, log_ratio_clip, in_range=False)
+        raw = lp_d - old
+        log_ratio = raw if log_ratio_clip is None else raw.clamp(-log_ratio_clip, log_ratio_clip)
         ratio = torch.exp(log_ratio)
         weight = ratio.clamp(max=clip_ratio_c)
         prob, old_prob = torch.exp(lp_d), torch.exp(old)
@@ -442,8 +448,10 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
             inside_pos, inside_neg = flag(torch.le, diff, high), flag(torch.ge, diff, -low)
         else:
             # binary KL between Bernoulli(old_prob) and Bernoulli(prob); 1e-8 as verl
+            # verl's old_prob (old - lp) + (1 - old_prob) log(...), with old - lp = -raw: negation, and adding a
+            # negated term as a subtraction, are exact
             old_rest = 1 - old_prob
-            bkl = old_prob * (old - lp_d) + old_rest * torch.log((old_rest + 1e-8) / ((1.0 - prob).add_(1e-8)))
+            bkl = old_rest * torch.log((old_rest + 1e-8) / ((1.0 - prob).add_(1e-8))) - old_prob * raw
             # "or" of 0/1 flags: their maximum
             inside_pos = torch.maximum(flag(torch.le, bkl, high), flag(torch.le, prob, old_prob))
             inside_neg = torch.maximum(flag(torch.le, bkl, low), flag(torch.ge, prob, old_prob))
