@@ -296,3 +296,22 @@ def test_one_pass_aggregation_decides_as_the_checks():
             aggregate_loss(per_token, mask, "token-mean", num_tokens=bad_count)
     with pytest.raises(ValueError, match="max_len must be > 0"):
         aggregate_loss(per_token, mask, "seq-mean-token-sum-norm", max_len=torch.tensor(0))
+
+
+def test_16_bit_inputs_count_tokens_exactly():
+    # counts above 256 are not bfloat16 numbers: token counts, the clip_cov / kl_cov k and the fractions
+    # are kept in float32
+    g = torch.Generator().manual_seed(0)
+    b, t = 4, 1500
+    mask = torch.arange(t)[None, :] < torch.tensor([1500, 1201, 999, 1433])[:, None]
+    old = (-torch.rand(b, t, generator=g) * 3).bfloat16()
+    new = (old.float() + 0.3 * torch.randn(b, t, generator=g)).bfloat16()
+    adv = torch.randn(b, 1, generator=g).expand(b, t).bfloat16()
+    n = int(mask.sum())
+    _, metrics = get_policy_loss("cispo")(new, old, adv, mask, clip_ratio_high=0.2)
+    m = mask.bfloat16()
+    ratio = torch.exp(((new * m) - (old * m)).clamp(-20, 20))
+    # float32 quotients of the exact counts (a bfloat16 count would be off by up to 1/256)
+    assert metrics["clip_frac_high"].item() == pytest.approx(((ratio > 1.2) & mask).sum().item() / n, rel=1e-6)
+    _, metrics = get_policy_loss("kl_cov")(new, old, adv, mask, kl_cov_ratio=0.01)
+    assert metrics["kl_cov_frac"].item() == pytest.approx(int(0.01 * n) / n, rel=1e-6)  # 51 of 5133 tokens

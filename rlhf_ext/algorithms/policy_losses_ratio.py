@@ -47,7 +47,7 @@ Metrics = Dict[str, torch.Tensor]
 def _prepare(log_probs, old_log_probs, advantages, mask):
     """Check the inputs and zero them on the padding; returns the boolean mask, the zeroed
     log-probs (with their graph), old log-probs and advantages (detached), the 0/1 float mask and the
-    token count (float). A loss whose every term carries the (zeroed) advantage as a factor, the others
+    token count (float32, or float64 for float64 inputs). A loss whose every term carries the (zeroed) advantage as a factor, the others
     finite there, is then 0 on the padding without another mask; its gradient there is 0 through the
     zeroing of ``log_probs``.
 
@@ -65,7 +65,8 @@ def _prepare(log_probs, old_log_probs, advantages, mask):
         zero = log_probs.new_zeros(())
         lp, old, adv = (torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs, zero),
                         torch.where(maskb, advantages, zero))
-    return maskb, lp, old, adv, m, m.sum()
+    # the count in float32 at least: exact up to 2^24 tokens, where a 16-bit sum would round it
+    return maskb, lp, old, adv, m, m.sum(dtype=torch.float64 if dtype == torch.float64 else torch.float32)
 
 
 def _log_ratio(lp, old, log_ratio_clip, in_range: bool = True):
@@ -84,8 +85,9 @@ def _times(x: torch.Tensor, factor: Optional[torch.Tensor]) -> torch.Tensor:
 
 
 def _frac(flags: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """Fraction of the ``count`` response tokens where the 0/1 ``flags`` (0 on the padding) are 1."""
-    return (flags.sum() / count).detach()
+    """Fraction of the ``count`` response tokens where the 0/1 ``flags`` (0 on the padding) are 1 (summed in
+    the count's dtype: a 16-bit sum would round counts above 256)."""
+    return (flags.sum(dtype=count.dtype) / count).detach()
 
 
 def _mean(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -362,11 +364,11 @@ def clip_cov(
     if metric_wanted("clip_frac_low") or metric_wanted("clip_frac_high"):
         # the tokens the clip bound (as OpenRLHF's clip_ratio counts them), split by the sign of A: the upper
         # bound binds only where A > 0, the lower only where A < 0 (counts of 0/1 floats: exact)
-        high = (clipped * flag(torch.gt, adv, 0.0)).sum()
+        high = (clipped * flag(torch.gt, adv, 0.0)).sum(dtype=count.dtype)
         if metric_wanted("clip_frac_high"):
             metrics["clip_frac_high"] = (high / count).detach()
         if metric_wanted("clip_frac_low"):
-            metrics["clip_frac_low"] = ((clipped.sum() - high) / count).detach()
+            metrics["clip_frac_low"] = ((clipped.sum(dtype=count.dtype) - high) / count).detach()
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     return loss, metrics  # 0 on the padding already (see _prepare)
