@@ -14,11 +14,16 @@ smoke tour both ways, alternating, and prints wall time and CPU seconds of the w
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
+
+import psutil
+
+TAG_ENV = "RLHF_EXT_BENCH_TAG"
 
 LAYOUTS = {
     "vLLM worker process + Ray dashboard (before)": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "RLHF_EXT_RAY_DASHBOARD": "1"},
@@ -26,9 +31,40 @@ LAYOUTS = {
 }
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+class TreeCPU:
+    """CPU seconds of every process carrying ``tag`` in its environment (a run's processes inherit it:
+    Ray's daemons and workers, vLLM's, the actors'), sampled twice a second until stopped. Processes
+    reparented to init or killed without being waited for are counted too, unlike ``RUSAGE_CHILDREN``."""
+
+    def __init__(self, tag: str):
+        self.tag, self.best, self.stop = tag, {}, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for proc in psutil.process_iter():
+            try:
+                if proc.pid not in self.best and proc.environ().get(TAG_ENV) != self.tag:
+                    continue
+                t = proc.cpu_times()
+                self.best[proc.pid] = max(self.best.get(proc.pid, 0.0), t.user + t.system)
+            except (psutil.Error, OSError):
+                continue
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.5):
+            self._sample()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.best.values())
 
 
 def main() -> int:
@@ -53,9 +89,11 @@ def main() -> int:
             out = work / f"run{i}_{len(results[name])}_{'new' if 'default' in name else 'old'}"
             cmd = train_command(model=task / "model", prompts=task / "train.jsonl", output=out, estimator="grpo",
                                 steps=2, prompts_per_step=4, n_samples=4, lr=5e-4)  # fmt: skip
-            cpu0, t0 = _children_cpu(), time.monotonic()
-            rc = run_training(cmd, Path(str(out) + ".log"), timeout=1800, echo=False, env=env)
-            wall, cpu = time.monotonic() - t0, _children_cpu() - cpu0
+            tag = uuid.uuid4().hex
+            t0 = time.monotonic()
+            with TreeCPU(tag) as tree:
+                rc = run_training(cmd, Path(str(out) + ".log"), timeout=1800, echo=False, env={**env, TAG_ENV: tag})
+            wall, cpu = time.monotonic() - t0, tree.seconds
             if rc != 0:
                 print(f"{name}: the run failed (exit {rc}); see {out}.log")
                 return 1
