@@ -15,7 +15,7 @@ from _scenario import Results, install_flash_attn_fallback
 
 results = Results()
 
-from rlhf_ext.npu import patching  # noqa: E402
+from rlhf_ext.patching import ledger  # noqa: E402
 from rlhf_ext.npu.ray_resources import ray_actor_resources  # noqa: E402
 from rlhf_ext.patches.retarget import apply_openrlhf_retarget  # noqa: E402
 
@@ -66,7 +66,7 @@ def helper_request():
 def negative_control():
     """The bundle OpenRLHF asks for, sent to Ray unchanged: no node has a GPU, so it never fits."""
     pg_module = sys.modules["ray.util.placement_group"]
-    original = patching.original(pg_module, "placement_group")
+    original = ledger.original(pg_module, "placement_group")
     pg = original([{"GPU": 1, "CPU": 1}], strategy="PACK")
     try:
         # GPU is a resource no node has: Ray can never place this bundle, so a short wait suffices.

@@ -48,7 +48,7 @@ where                                          what                             
                                                (:mod:`.dpo_cli`)
 =============================================  ==========================================  ======================
 
-Each module is patched when it is first imported in a process (:mod:`rlhf_ext.npu.import_hooks`),
+Each module is patched when it is first imported in a process (:mod:`rlhf_ext.patching.import_hooks`),
 so processes that never import it (vLLM workers) never load it; the driver checks all of them
 before it parses arguments.
 """
@@ -57,7 +57,7 @@ from __future__ import annotations
 
 # Keep this import light: activation runs at interpreter start-up, before torch is needed; the
 # patch implementations (which import torch) load when their target module is imported.
-from ...npu import import_hooks
+from ...patching import import_hooks
 from .. import flash_attn_fallback
 from . import compat
 from .compat import (

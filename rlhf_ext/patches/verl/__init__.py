@@ -44,8 +44,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from ...npu import import_hooks
-from ..seams import Requirement, requirement_problems, version_allowed
+from ...patching import import_hooks
+from ...patching.host import HostRelease
+from ...patching.seams import Requirement, requirement_problems
 from .names import (
     ALLOW_UNSUPPORTED_ENV,
     KL_CLIP_ENV,
@@ -94,25 +95,21 @@ _registered = {"advantages": [], "policy_losses": [], "skipped": []}
 _kl_original = []  # [(module, original)] when the KL seam is patched
 
 
-def verl_version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("verl")
-    except metadata.PackageNotFoundError:
-        return "unknown (no 'verl' distribution metadata)"
-
-
-def check_version(version: str = None) -> str:
-    """Raise unless verl is a supported release (``RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1`` overrides;
-    the seam checks still run then)."""
-    version = verl_version() if version is None else version
-    if version_allowed(version, SUPPORTED_SERIES, ALLOW_UNSUPPORTED_ENV):
-        return version
-    raise VerlCompatibilityError(
-        f"rlhf_ext supports verl {SUPPORTED_DESCRIPTION}, but verl {version} is installed; install "
-        f"verl==0.9.1, or set {ALLOW_UNSUPPORTED_ENV}=1 to try anyway (the seam checks still run)"
-    )
+RELEASE = HostRelease(
+    "verl",
+    supported_series=SUPPORTED_SERIES,
+    supported_description=SUPPORTED_DESCRIPTION,
+    allow_env=ALLOW_UNSUPPORTED_ENV,
+    error=VerlCompatibilityError,
+    distribution="verl",
+    install_hint="install verl==0.9.1",
+    still_checked="the seam checks still run",
+)
+# The installed verl's version, from its distribution metadata (read once per process).
+verl_version = RELEASE.version
+# Raise unless verl is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1 overrides; the seam
+# checks still run then).
+check_version = RELEASE.check
 
 
 def _problems(module, seams) -> list:
