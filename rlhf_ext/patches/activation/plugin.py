@@ -1,7 +1,7 @@
 """Plugin registry and per-process activation.
 
 A plugin is a name bound to an ``activate(role)`` function. ``--plugin NAME`` on an OpenRLHF
-command line (see :mod:`rlhf_ext.patches.startup`), ``RLHF_EXT_PLUGINS=a,b`` in the environment,
+command line (see :mod:`rlhf_ext.patches.activation.startup`), ``RLHF_EXT_PLUGINS=a,b`` in the environment,
 Ray's ``worker_process_setup_hook`` and vLLM's ``vllm.general_plugins`` entry point all end in
 :func:`activate`. Activation exports ``RLHF_EXT_PLUGINS`` so every child process -- Ray's raylet
 and workers on a local cluster, vLLM's engine and worker processes -- activates the same plugins
@@ -28,7 +28,7 @@ QUIET_ENV_VAR = "RLHF_EXT_QUIET"
 ENTRY_POINT_GROUP = "rlhf_ext.plugins"
 
 # name -> "module:function" (imported on activation) or a callable.
-_registry: Dict[str, object] = {"rlhf_ext": "rlhf_ext.patches.plugin:activate_rlhf_ext"}
+_registry: Dict[str, object] = {"rlhf_ext": "rlhf_ext.patches.activation.plugin:activate_rlhf_ext"}
 _active: Dict[str, str] = {}  # name -> role it was activated with
 _lock = threading.RLock()
 
@@ -174,11 +174,11 @@ def activate_rlhf_ext(role: str) -> None:
     """
     host = host_cli() if role == "driver" else None
     if host != "mindspeed_rl" and (host == "openrlhf" or _importable("openrlhf") or not _importable("mindspeed_rl")):
-        from . import openrlhf
+        from .. import openrlhf
 
         openrlhf.activate(role)
     if host != "openrlhf" and _importable("mindspeed_rl"):
-        from . import mindspeed_rl
+        from .. import mindspeed_rl
 
         mindspeed_rl.activate(role)
 

@@ -6,7 +6,7 @@ unrelated Python processes never import this module.
 
 ``--plugin`` is honoured only on OpenRLHF command lines (``python -m openrlhf.cli.*`` or a script
 under ``openrlhf/cli/``) and MindSpeed-RL's (``python cli/train_{grpo,dapo,ppo}.py`` of a
-MindSpeed-RL checkout, whose Hydra parser would reject the flag; :mod:`rlhf_ext.patches.command_line`
+MindSpeed-RL checkout, whose Hydra parser would reject the flag; :mod:`.command_line`
 tells them apart): other programs may have a ``--plugin`` option of their own, and their
 arguments are left alone. The flags are removed from ``sys.argv`` in place before the program's
 own parser runs, so OpenRLHF's strict parser never sees them.
@@ -87,10 +87,10 @@ def run() -> None:
     names = plugin.parse_names(plugin.requested_from_env() + names)
     if not names:
         return
-    from ..npu import BackendUnavailableError
-    from .mindspeed_rl.compat import MindSpeedRLCompatibilityError
-    from .openrlhf.compat import OpenRLHFCompatibilityError
-    from .retarget import RetargetError
+    from ...npu import BackendUnavailableError
+    from ..mindspeed_rl.compat import MindSpeedRLCompatibilityError
+    from ..openrlhf.compat import OpenRLHFCompatibilityError
+    from ..retarget import RetargetError
 
     try:
         plugin.activate(names)

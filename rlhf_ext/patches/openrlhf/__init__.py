@@ -347,10 +347,17 @@ def _watch_openrlhf_modules(role: str) -> None:
         import_hooks.when_imported(name, hook)
 
 
-def _patch_ray(module, role: str = "") -> None:
-    from .ray_env import before_actor_class, patch_ray
+def _start_run_record() -> None:
+    from .run_record import start_prepared_record
 
-    patch_ray(module)
+    start_prepared_record()  # the driver's run record (config.json), once the run really starts
+
+
+def _patch_ray(module, role: str = "") -> None:
+    from ..activation.ray_env import before_actor_class, before_ray_init, patch_ray
+
+    patch_ray(module, OpenRLHFCompatibilityError)
+    before_ray_init(_start_run_record)
     apply = _apply_or_exit if role == "driver" else compat.apply_module
 
     def patch_bases_first(cls) -> None:
@@ -392,13 +399,13 @@ def activate(role: str) -> None:
 
 def deactivate() -> None:
     """Undo everything :func:`activate` did in this process (tests only)."""
-    from . import ray_env
+    from ..activation.ray_env import undo as undo_ray_env
     from .cli import uninstall_argparse_hook
 
     for name in compat.patch_modules() + ["ray"]:
         import_hooks.clear(name)
     compat.undo_all()
-    ray_env.undo()
+    undo_ray_env()
     uninstall_argparse_hook()
     flash_attn_fallback.uninstall()
 
