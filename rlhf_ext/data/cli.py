@@ -215,6 +215,13 @@ def _run_sft(args) -> int:
     return 0
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``rlhf-ext data``'s commands (sample, filter, pairs, sft, clean) and their flags."""
+    sub = parser.add_subparsers(dest="data_command", metavar="COMMAND")
+    sub.required = True
+    add_data_commands(sub)
+
+
 def run(args) -> int:
     from rlhf_ext.evalkit.tasks import DataError
 

@@ -72,8 +72,7 @@ EPILOG = ('examples:\n'
 
 
 def add_arguments(parser) -> None:
-    """The flags of ``python -m rlhf_ext.rewards.path``; ``rlhf-ext reward-file`` declares the same
-    ones without importing this package (tests/test_cli.py checks they agree)."""
+    """The flags of ``python -m rlhf_ext.rewards.path`` and of ``rlhf-ext reward-file``."""
     parser.add_argument("--verl", action="store_true",
                         help="the verl reward file (its function is compute_score) instead of OpenRLHF's")
 

@@ -291,7 +291,7 @@ def coexistence():
     while init is not None and len(layers) < 5:
         layers.append(getattr(init, "__rlhf_ext_patch__", None) or f"{init.__module__}.{init.__qualname__}")
         if init is weight_sync.actor_ppo_trainer_init:
-            init = weight_sync.patching.original(ppo_actor.ActorPPOTrainer, "__init__")
+            init = weight_sync.ledger.original(ppo_actor.ActorPPOTrainer, "__init__")
         else:
             init = getattr(init, "__wrapped__", None)
     return {"layers": layers, "plugin_patches": applied().get("openrlhf.trainer.ray.ppo_actor", [])}

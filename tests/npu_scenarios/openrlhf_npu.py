@@ -272,7 +272,7 @@ def coexistence():
     while fn is not None and len(chain) < 5:
         chain.append(getattr(fn, "__rlhf_ext_patch__", None) or f"{fn.__module__}.{fn.__qualname__}")
         fn = getattr(fn, "__wrapped__", None) or (
-            weight_sync.patching.original(ppo_actor.ActorPPOTrainer, "__init__")
+            weight_sync.ledger.original(ppo_actor.ActorPPOTrainer, "__init__")
             if fn is weight_sync.actor_ppo_trainer_init
             else None
         )
