@@ -21,7 +21,7 @@ here imports torch, OpenRLHF or Ray until a patched module is imported.
 """
 
 from .flash_attn_fallback import install as install_flash_attn_fallback
-from .activation import (
+from .activation.plugin import (
     ENV_VAR,
     UnknownPluginError,
     activate,

@@ -44,11 +44,11 @@ class HostRelease:
     def __init__(
         self,
         host: str,
-        *,
         supported_series: Iterable[Tuple[int, int]],
         supported_description: str,
         allow_env: str,
         error: type,
+        *,
         distribution: Optional[str] = None,
         read_version: Optional[Callable[[], Optional[str]]] = None,
         missing: Optional[str] = None,

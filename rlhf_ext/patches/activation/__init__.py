@@ -14,28 +14,7 @@ verl activates through its own ``verl.plugins`` entry point (:mod:`rlhf_ext.patc
 Old installs name three earlier paths -- the ``.pth`` hook's ``rlhf_ext.patches.startup``, the vLLM
 entry point ``rlhf_ext.patches.vllm_plugin:register`` and the Ray setup hook
 ``rlhf_ext.patches.plugin.ray_worker_setup`` -- which forward here for one release.
+
+The public API (``activate``, ``register_plugin``, ...) is :mod:`rlhf_ext.patches`; this package
+imports nothing itself, so a host reaching for the Ray carriage loads only that module.
 """
-
-from .plugin import (
-    ENV_VAR,
-    UnknownPluginError,
-    activate,
-    active_plugins,
-    available_plugins,
-    detect_role,
-    is_active,
-    ray_worker_setup,
-    register_plugin,
-)
-
-__all__ = [
-    "ENV_VAR",
-    "UnknownPluginError",
-    "activate",
-    "active_plugins",
-    "available_plugins",
-    "detect_role",
-    "is_active",
-    "ray_worker_setup",
-    "register_plugin",
-]

@@ -45,16 +45,9 @@ def _read_version():
     return match.group(1) if match else None
 
 
-RELEASE = HostRelease(
-    "MindSpeed-RL",
-    supported_series=SUPPORTED_SERIES,
-    supported_description=SUPPORTED_DESCRIPTION,
-    allow_env=ALLOW_UNSUPPORTED_ENV,
-    error=MindSpeedRLCompatibilityError,
-    read_version=_read_version,
-    missing="unknown (no metadata, no setup.py beside mindspeed_rl)",
-    in_use="in use",
-)
+RELEASE = HostRelease("MindSpeed-RL", SUPPORTED_SERIES, SUPPORTED_DESCRIPTION, ALLOW_UNSUPPORTED_ENV,
+                      MindSpeedRLCompatibilityError, read_version=_read_version, in_use="in use",
+                      missing="unknown (no metadata, no setup.py beside mindspeed_rl)")
 # MindSpeed-RL's version: distribution metadata, else setup.py next to the package (read once per process).
 mindspeed_rl_version = RELEASE.version
 check_version = RELEASE.check

@@ -23,15 +23,8 @@ class OpenRLHFCompatibilityError(RuntimeError):
     """The installed OpenRLHF does not have what an rlhf_ext patch was written against."""
 
 
-RELEASE = HostRelease(
-    "OpenRLHF",
-    supported_series=SUPPORTED_SERIES,
-    supported_description=SUPPORTED_DESCRIPTION,
-    allow_env=ALLOW_UNSUPPORTED_ENV,
-    error=OpenRLHFCompatibilityError,
-    distribution="openrlhf",
-    install_hint="install openrlhf==0.11.2",
-)
+RELEASE = HostRelease("OpenRLHF", SUPPORTED_SERIES, SUPPORTED_DESCRIPTION, ALLOW_UNSUPPORTED_ENV,
+                      OpenRLHFCompatibilityError, distribution="openrlhf", install_hint="install openrlhf==0.11.2")
 # The installed OpenRLHF's version, from its distribution metadata (read once per process).
 openrlhf_version = RELEASE.version
 # Raise unless OpenRLHF is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_OPENRLHF=1 overrides; the

@@ -95,16 +95,8 @@ _registered = {"advantages": [], "policy_losses": [], "skipped": []}
 _kl_original = []  # [(module, original)] when the KL seam is patched
 
 
-RELEASE = HostRelease(
-    "verl",
-    supported_series=SUPPORTED_SERIES,
-    supported_description=SUPPORTED_DESCRIPTION,
-    allow_env=ALLOW_UNSUPPORTED_ENV,
-    error=VerlCompatibilityError,
-    distribution="verl",
-    install_hint="install verl==0.9.1",
-    still_checked="the seam checks still run",
-)
+RELEASE = HostRelease("verl", SUPPORTED_SERIES, SUPPORTED_DESCRIPTION, ALLOW_UNSUPPORTED_ENV, VerlCompatibilityError,
+                      distribution="verl", install_hint="install verl==0.9.1", still_checked="the seam checks still run")
 # The installed verl's version, from its distribution metadata (read once per process).
 verl_version = RELEASE.version
 # Raise unless verl is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1 overrides; the seam
