@@ -4,21 +4,20 @@ Every host package (``patches/openrlhf``, ``patches/mindspeed_rl``, ``patches/ve
 supported release series, the variable that overrides the refusal and its compatibility error in
 a :class:`HostRelease`; the version is read once per process and the refusal names the installed
 version, what is supported and how to try anyway. A host that keeps a
-:class:`~rlhf_ext.patching.seams.PatchRegistry` hands its functions out at module level with
-:func:`registry_functions` (``compat.register(...)``, ``from .compat import apply_module``).
+:class:`~rlhf_ext.patching.seams.PatchRegistry` (:meth:`HostRelease.patch_registry`) hands its
+functions out at module level with :func:`registry_functions` (``compat.register(...)``,
+``from .compat import apply_module``).
 
 Framework-free and light: imported at interpreter start-up by plugin activation.
 """
 
 from __future__ import annotations
 
-from .seams import version_allowed
+from .seams import PatchRegistry, version_allowed
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~15 ms at start-up
 if TYPE_CHECKING:
     from typing import Callable, Iterable, Optional, Tuple
-
-    from .seams import PatchRegistry
 
 
 def distribution_version(*names: str) -> Optional[str]:
@@ -86,6 +85,10 @@ class HostRelease:
             f"rlhf_ext supports {self.host} {self.supported_description}, but {self.host} {version} is "
             f"{self._in_use}; {hint}set {self.allow_env}=1 to try anyway ({self._still_checked})"
         )
+
+    def patch_registry(self) -> PatchRegistry:
+        """A registry of this host's patches that checks this release rule before applying any."""
+        return PatchRegistry(self.host, self.check, self.error)
 
 
 REGISTRY_FUNCTIONS = ("register", "patch_modules", "check_module", "apply_module", "record", "applied", "original",

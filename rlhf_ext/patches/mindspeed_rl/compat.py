@@ -16,8 +16,8 @@ import importlib.util
 import os
 import re
 
-from ...patching.host import HostRelease, distribution_version, registry_functions
-from ...patching.seams import Patch, PatchRegistry, Requirement
+from ...patching.host import REGISTRY_FUNCTIONS, HostRelease, distribution_version, registry_functions
+from ...patching.seams import Patch, Requirement
 
 SUPPORTED_SERIES = ((2, 1),)
 SUPPORTED_DESCRIPTION = "2.1.x (commit 05a90d77)"
@@ -48,30 +48,10 @@ def _read_version():
 RELEASE = HostRelease("MindSpeed-RL", SUPPORTED_SERIES, SUPPORTED_DESCRIPTION, ALLOW_UNSUPPORTED_ENV,
                       MindSpeedRLCompatibilityError, read_version=_read_version, in_use="in use",
                       missing="unknown (no metadata, no setup.py beside mindspeed_rl)")
-# MindSpeed-RL's version: distribution metadata, else setup.py next to the package (read once per process).
-mindspeed_rl_version = RELEASE.version
-check_version = RELEASE.check
-
-_patches = PatchRegistry("MindSpeed-RL", check_version, MindSpeedRLCompatibilityError)
+# mindspeed_rl_version(): distribution metadata, else setup.py next to the package (read once per process).
+mindspeed_rl_version, check_version = RELEASE.version, RELEASE.check
 # register, apply_module, record, verify_all, ... and the registry's state for tests (_registry, _applied_modules)
-__getattr__ = registry_functions(_patches, __name__)
+__getattr__ = registry_functions(RELEASE.patch_registry(), __name__)
 
-
-__all__ = [
-    "ALLOW_UNSUPPORTED_ENV",
-    "MindSpeedRLCompatibilityError",
-    "Patch",
-    "Requirement",
-    "SUPPORTED_DESCRIPTION",
-    "applied",
-    "apply_module",
-    "check_module",
-    "check_version",
-    "mindspeed_rl_version",
-    "original",
-    "patch_modules",
-    "record",
-    "register",
-    "undo_all",
-    "verify_all",
-]
+__all__ = ["ALLOW_UNSUPPORTED_ENV", "MindSpeedRLCompatibilityError", "Patch", "Requirement", "SUPPORTED_DESCRIPTION",
+           "check_version", "mindspeed_rl_version", *REGISTRY_FUNCTIONS]

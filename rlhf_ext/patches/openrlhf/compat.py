@@ -11,8 +11,8 @@ this module holds OpenRLHF's version rule and its own registry.
 
 from __future__ import annotations
 
-from ...patching.host import HostRelease, registry_functions
-from ...patching.seams import PATCHED_MARK, Patch, PatchRegistry, Requirement, is_patched
+from ...patching.host import REGISTRY_FUNCTIONS, HostRelease, registry_functions
+from ...patching.seams import PATCHED_MARK, Patch, Requirement, is_patched
 
 SUPPORTED_SERIES = ((0, 11),)
 SUPPORTED_DESCRIPTION = "0.11.x"
@@ -25,32 +25,12 @@ class OpenRLHFCompatibilityError(RuntimeError):
 
 RELEASE = HostRelease("OpenRLHF", SUPPORTED_SERIES, SUPPORTED_DESCRIPTION, ALLOW_UNSUPPORTED_ENV,
                       OpenRLHFCompatibilityError, distribution="openrlhf", install_hint="install openrlhf==0.11.2")
-# The installed OpenRLHF's version, from its distribution metadata (read once per process).
-openrlhf_version = RELEASE.version
-# Raise unless OpenRLHF is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_OPENRLHF=1 overrides; the
-# per-patch signature checks still run then).
-check_version = RELEASE.check
-
-_patches = PatchRegistry("OpenRLHF", check_version, OpenRLHFCompatibilityError)
+# openrlhf_version(): the installed version, from its distribution metadata (read once per process).
+# check_version(): raise unless OpenRLHF is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_OPENRLHF=1
+# overrides; the per-patch signature checks still run then).
+openrlhf_version, check_version = RELEASE.version, RELEASE.check
 # register, apply_module, verify_all, ... and the registry's state for tests (_registry, _applied_modules)
-__getattr__ = registry_functions(_patches, __name__)
+__getattr__ = registry_functions(RELEASE.patch_registry(), __name__)
 
-__all__ = [
-    "ALLOW_UNSUPPORTED_ENV",
-    "PATCHED_MARK",
-    "SUPPORTED_DESCRIPTION",
-    "OpenRLHFCompatibilityError",
-    "Patch",
-    "Requirement",
-    "applied",
-    "apply_module",
-    "check_module",
-    "check_version",
-    "is_patched",
-    "openrlhf_version",
-    "original",
-    "patch_modules",
-    "register",
-    "undo_all",
-    "verify_all",
-]
+__all__ = ["ALLOW_UNSUPPORTED_ENV", "PATCHED_MARK", "SUPPORTED_DESCRIPTION", "OpenRLHFCompatibilityError", "Patch",
+           "Requirement", "check_version", "is_patched", "openrlhf_version", *REGISTRY_FUNCTIONS]

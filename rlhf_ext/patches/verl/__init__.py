@@ -97,11 +97,10 @@ _kl_original = []  # [(module, original)] when the KL seam is patched
 
 RELEASE = HostRelease("verl", SUPPORTED_SERIES, SUPPORTED_DESCRIPTION, ALLOW_UNSUPPORTED_ENV, VerlCompatibilityError,
                       distribution="verl", install_hint="install verl==0.9.1", still_checked="the seam checks still run")
-# The installed verl's version, from its distribution metadata (read once per process).
-verl_version = RELEASE.version
-# Raise unless verl is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1 overrides; the seam
-# checks still run then).
-check_version = RELEASE.check
+# verl_version(): the installed version, from its distribution metadata (read once per process).
+# check_version(): raise unless verl is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1
+# overrides; the seam checks still run then).
+verl_version, check_version = RELEASE.version, RELEASE.check
 
 
 def _problems(module, seams) -> list:
