@@ -96,7 +96,8 @@ _kl_original = []  # [(module, original)] when the KL seam is patched
 
 
 RELEASE = HostRelease("verl", SUPPORTED_SERIES, SUPPORTED_DESCRIPTION, ALLOW_UNSUPPORTED_ENV, VerlCompatibilityError,
-                      distribution="verl", install_hint="install verl==0.9.1", still_checked="the seam checks still run")
+                      distribution="verl", install_hint="install verl==0.9.1",
+                      still_checked="the seam checks still run")
 # verl_version(): the installed version, from its distribution metadata (read once per process).
 # check_version(): raise unless verl is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1
 # overrides; the seam checks still run then).
