@@ -98,7 +98,7 @@ REGISTRY_FUNCTIONS = ("register", "patch_modules", "check_module", "apply_module
 def registry_functions(registry: PatchRegistry, module_name: str) -> Callable[[str], object]:
     """A module ``__getattr__`` (PEP 562) handing out ``registry``'s functions by name.
 
-    ``__getattr__ = registry_functions(_patches, __name__)`` in a host's ``compat`` module makes
+    ``__getattr__ = registry_functions(RELEASE.patch_registry(), __name__)`` in a host's ``compat`` module makes
     ``compat.register``, ``compat.apply_module``, ... (and ``from .compat import verify_all``) the
     registry's bound methods, and the registry's state ``compat._registry`` / ``_applied_modules``
     for tests that reset one module of it.
