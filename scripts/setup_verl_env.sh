@@ -17,7 +17,7 @@ VENV=${RLHF_EXT_VERL_VENV:-.venv-verl}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 
-printf '\n== verl 0.9.1 test environment (%s)\n' "$VENV"
+printf '\n== [%4d s] verl 0.9.1 test environment (%s)\n' "$SECONDS" "$VENV"
 # torch: the same CPU build as the main environment. transformers: inside verl 0.9.1's range.
 # The rest is what verl's core (protocol, core_algos, ray_trainer.compute_advantage, reward
 # managers, worker configs) imports on a CPU machine.
@@ -33,3 +33,4 @@ pip install -q --no-deps trl==1.16.0
 # runtime that hydra-core pins (math-verify's parser supports it).
 pip install -q --no-deps -e .
 "$VENV/bin/python" -c 'import verl, rlhf_ext, math_verify; import trl; print("ready: verl", verl.__version__, "| trl", trl.__version__, "| rlhf_ext", rlhf_ext.__version__)'
+echo "(the verl environment took $SECONDS s)"

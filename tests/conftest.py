@@ -26,13 +26,16 @@ def e2e_grpo_run(e2e_task):
     """A real 2-step GRPO run of ``train_ppo_ray --plugin rlhf_ext`` on CPU (the tiny task); returns
     ``(workdir, exit code, console text)``. The checkpoint is ``workdir/trained``, the run record
     ``workdir/trained_ds/rlhf_ext_run``; the tiny task is ``workdir/task``."""
+    from rlhf_ext.patches.retarget.cpu_processes import ENV_VLLM_MULTIPROCESSING
     from rlhf_ext.tours.smoke import run_training, train_command
 
     work = e2e_task
     out = work / "trained"
     cmd = train_command(model=work / "task" / "model", prompts=work / "task" / "train.jsonl", output=out,
                         estimator="grpo", steps=E2E_STEPS, prompts_per_step=4, n_samples=4, lr=5e-4)  # fmt: skip
-    rc = run_training(cmd, work / "train.log", timeout=900, echo=False)
+    # vLLM's CPU process layout kept here (engine core + a worker process, as with TP > 1 on a GPU), so the
+    # plugin is seen activating in both; the CPU target's default runs the model runner in the engine core
+    rc = run_training(cmd, work / "train.log", timeout=900, echo=False, env={ENV_VLLM_MULTIPROCESSING: "1"})
     text = (work / "train.log").read_text()
     return work, rc, text
 

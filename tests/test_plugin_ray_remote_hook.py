@@ -58,7 +58,8 @@ def _run_fresh(code: str) -> dict:
 def test_the_ray_carriage_is_host_neutral():
     """MindSpeed-RL's activation patches ``ray.init`` without loading any of OpenRLHF's glue (its run
     record start came along with the carriage once); a host's own step at ``ray.init`` runs only when
-    that host asked for it, after the runtime env is built and before Ray starts."""
+    that host asked for it, after the runtime env is built and before Ray starts, and what it returns
+    is what Ray gets."""
     res = _run_fresh(
         "import json, sys\n"
         "from rlhf_ext.patches import mindspeed_rl\n"
@@ -66,16 +67,17 @@ def test_the_ray_carriage_is_host_neutral():
         "import ray\n"
         "from rlhf_ext.patches.activation import ray_env\n"
         "calls = []\n"
-        "init = ray_env.make_ray_init(lambda **kw: calls.append(sorted(kw['runtime_env'])))\n"
+        "init = ray_env.make_ray_init(lambda **kw: calls.append([sorted(kw['runtime_env']), sorted(kw)]))\n"
         "init(runtime_env={})\n"
-        "ray_env.before_ray_init(lambda: calls.append('host step'))\n"
+        "ray_env.before_ray_init(lambda kw: calls.append('host step') or {**kw, 'include_dashboard': False})\n"
         "init(runtime_env={})\n"
         "print(json.dumps({'patched': getattr(ray.init, '__rlhf_ext_patch__', None), 'calls': calls,\n"
         "                  'openrlhf_glue': sorted(m for m in sys.modules if m.startswith('rlhf_ext.patches.openrlhf'))}))\n"
     )
     assert res["patched"] == "ray.init runtime env"
     assert res["openrlhf_glue"] == []
-    assert res["calls"] == [["worker_process_setup_hook"], "host step", ["worker_process_setup_hook"]]
+    assert res["calls"] == [[["worker_process_setup_hook"], ["runtime_env"]], "host step",
+                            [["worker_process_setup_hook"], ["include_dashboard", "runtime_env"]]]
 
 
 def test_openrlhf_starts_its_run_record_at_ray_init():
@@ -87,4 +89,4 @@ def test_openrlhf_starts_its_run_record_at_ray_init():
         "from rlhf_ext.patches.activation import ray_env\n"
         "print(json.dumps([f.__module__ + '.' + f.__name__ for f in ray_env._before_init]))\n"
     )
-    assert res == ["rlhf_ext.patches.openrlhf._start_run_record"]
+    assert res == ["rlhf_ext.patches.openrlhf._before_ray_init"]

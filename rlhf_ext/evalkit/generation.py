@@ -107,9 +107,17 @@ def engine_kwargs(settings: EngineSettings) -> dict:
 
 
 def make_llm(settings: EngineSettings):
-    """Create ``vllm.LLM`` for evalkit (see :func:`engine_kwargs`)."""
+    """Create ``vllm.LLM`` for evalkit (see :func:`engine_kwargs`).
+
+    On CPU the engine core runs in this process unless ``VLLM_ENABLE_V1_MULTIPROCESSING`` is set:
+    vLLM's CPU platform would otherwise start two more interpreters (engine core, and a worker for
+    its multiprocess executor), which on a small CPU box costs more than the evaluation itself
+    (an 8-problem tiny-model run: 38 -> 28 CPU-s, docs/benchmarks.md "CPU process layout").
+    """
     from vllm import LLM
 
+    if platform_name() == "cpu":
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     return LLM(**engine_kwargs(settings))
 
 
@@ -178,11 +186,7 @@ class EngineWorker:
 
     def __init__(self, settings: dict, env: Optional[dict] = None):
         os.environ.update(env or {})
-        if platform_name() == "cpu":
-            # CPU data parallelism exists for tests and demos on small boxes, where a second
-            # interpreter per engine (vLLM's engine-core process) roughly doubles start-up time;
-            # the actor itself is a separate process, so run the engine core inside it.
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # on CPU the engine core runs inside this actor (make_llm): the actor is already a process of its own
         self.llm = make_llm(EngineSettings(**settings))
 
     def info(self) -> dict:

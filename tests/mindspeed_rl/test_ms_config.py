@@ -55,33 +55,6 @@ def test_invalid_values_name_the_key_and_the_valid_ones(values, message):
         rl_config(**values)
 
 
-@pytest.mark.parametrize("values", [
-    {"rollout_is": "token"}, {"rollout_is": "token", "rollout_is_threshold": 2.0},
-    {"rollout_rs": "seq_mean_k3", "rollout_rs_threshold": 0.01}, {"rollout_correction_bypass": True},
-    {"rollout_is_threshold": [0.5, 5.0]},
-])
-def test_rollout_correction_is_refused_with_the_reason(values):
-    """Issue 23: MindSpeed-RL 2.1.0 drops the engine's log-probs, so correction must not run silently uncorrected."""
-    first = sorted(values)[0]
-    with pytest.raises(ConfigError, match=rf"rl_config\.{first}: rollout/training mismatch correction is not "
-                                          r"available on MindSpeed-RL 2\.1\.0: .*ActorRolloutHybrid\.generate_sequences"
-                                          r".*docs/rollout_correction\.md"):
-        rl_config(adv_estimator="group_norm", **values)
-
-
-def test_rollout_correction_keys_switched_off_change_nothing():
-    plain = rl_config(adv_estimator="group_norm", kl_penalty="low_var_kl")
-    off = rl_config(adv_estimator="group_norm", kl_penalty="low_var_kl", rollout_is=None, rollout_rs=None,
-                    rollout_correction_bypass=False)
-    assert off.dict() == plain.dict()
-    assert type(off.adv_estimator) is str and not hasattr(off, "rollout_is")
-    from mindspeed_rl.config_cls.rl_config import RLConfig
-
-    # Without the plugin's patch these are MindSpeed-RL's unknown keys.
-    with pytest.raises(ValueError, match="key: rollout_is is missing"):
-        RLConfig.__init__.__wrapped__(RLConfig.__new__(RLConfig), {"rollout_is": None})
-
-
 def _cli(args, tmp_path, script="train_grpo.py"):
     env = dict(os.environ)
     env.pop("RLHF_EXT_PLUGINS", None)  # activation comes from --plugin on the command line
@@ -103,8 +76,8 @@ def test_driver_exits_2_before_ray_starts(tmp_path):
                    "rl_config.verifier_function entry 'acc_typo' is not a known reward; MindSpeed-RL's: acc,"),
         "kl": (["--config-name", "ppo_qwen25_32b_A3", "rl_config.kl_penalty=k5", "--plugin", "rlhf_ext"],
                "rl_config.kl_penalty='k5' is not a known KL estimator; valid:"),
-        "correction": (["--config-name", "grpo_qwen25_7b_A3", "+rl_config.rollout_is=token", "--plugin", "rlhf_ext"],
-                       "rl_config.rollout_is: rollout/training mismatch correction is not available on MindSpeed-RL"),
+        "correction": (["--config-name", "grpo_qwen25_7b_A3", "+rl_config.rollout_is=tokens", "--plugin", "rlhf_ext"],
+                       "rl_config.rollout_is='tokens' is not known; valid: token, sequence, geometric"),
     }
     scripts = {"loss mode": "train_dapo.py", "kl": "train_ppo.py"}
     procs = {}

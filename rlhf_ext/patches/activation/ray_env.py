@@ -2,7 +2,7 @@
 
 Host-neutral: every host whose runs start Ray (OpenRLHF, MindSpeed-RL) calls :func:`patch_ray`
 with its own compatibility error; what a host wants done at ``ray.init`` (OpenRLHF: start the
-driver's run record) it asks for with :func:`before_ray_init`, and patches of classes Ray turns
+driver's run record, start Ray as the CPU target runs it) it asks for with :func:`before_ray_init`, and patches of classes Ray turns
 into actors with :func:`before_actor_class`.
 
 On a cluster that ``ray.init`` starts itself, workers inherit the driver's environment, which
@@ -68,7 +68,7 @@ def make_ray_init(original):
     def init(*args, **kwargs):
         kwargs["runtime_env"] = with_plugin_runtime_env(kwargs.get("runtime_env"))
         for callback in list(_before_init):
-            callback()
+            kwargs = callback(kwargs)
         return original(*args, **kwargs)
 
     init.__rlhf_ext_patch__ = "ray.init runtime env"
@@ -80,10 +80,12 @@ _before_actor_class = []
 
 
 def before_ray_init(callback) -> None:
-    """Call ``callback()`` in the patched ``ray.init``, before Ray starts (once per registration and call).
+    """Call ``callback(kwargs)`` in the patched ``ray.init``, before Ray starts; it returns the keyword
+    arguments ``ray.init`` gets (the plugin's runtime env is already in them).
 
-    Why: a host's driver may prepare something it commits only when the run really starts
-    (OpenRLHF's run record: ``config.json`` is written at ``ray.init``, not at argument parsing).
+    Why: a host's driver may commit something only when the run really starts (OpenRLHF's run record:
+    ``config.json`` is written at ``ray.init``, not at argument parsing), or start Ray as its device
+    target runs it (the CPU retarget: no dashboard).
     """
     if callback not in _before_init:
         _before_init.append(callback)

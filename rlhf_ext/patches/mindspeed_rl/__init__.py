@@ -15,7 +15,14 @@ where                                                 what                      
 ``models.loss.dapo_actor_loss_func`` (2 seams)        policy loss, aggregation (:mod:`.losses`)  actor workers
 ``models.rule_verifier.verifier``                     ``rlhf_ext:NAME`` rewards (:mod:`.rewards`)  rule-reward workers
 ``ray.init``                                          plugin env in the job's runtime env        driver
+``config_cls.validate_config.validate_rl_args``       rollout correction's sampling rules        ``train`` task
+``models.rollout.vllm_engine.VLLMInferEngine``        rollout log-probs kept per output          actor workers
+``workers.actor_hybrid_worker`` (2 seams)             ``rollout_log_probs`` column in and out    actor workers
+``trainer.utils.data_strategy.DataStrategy`` (2)      the column in the transfer dock            trainer task
 ====================================================  =========================================  ===================
+
+The last four carry the engine's log-probs to the actor losses for the rollout correction
+(:mod:`.rollout_correction`; they pass through when it is not configured).
 
 MindSpeed-RL's ``cli/train_{grpo,dapo,ppo}.py`` is the driver: ``--plugin rlhf_ext`` is removed
 from its argv before Hydra parses it (:mod:`rlhf_ext.patches.activation.startup`), and a bad ``rl_config``
@@ -49,6 +56,10 @@ COMPUTE = PKG + ".utils.compute"
 GRPO_LOSS = PKG + ".models.loss.grpo_actor_loss_func"
 DAPO_LOSS = PKG + ".models.loss.dapo_actor_loss_func"
 RULE_VERIFIER = PKG + ".models.rule_verifier"
+VALIDATE_CONFIG = PKG + ".config_cls.validate_config"
+VLLM_ENGINE = PKG + ".models.rollout.vllm_engine"
+ACTOR_WORKER = PKG + ".workers.actor_hybrid_worker"
+DATA_STRATEGY = PKG + ".trainer.utils.data_strategy"
 TRAINERS = tuple(PKG + f".trainer.{t}_trainer_hybrid" for t in ("grpo", "dapo", "ppo"))
 
 _TASK_PARAMS = (
@@ -66,6 +77,58 @@ _TASK_HELPERS = (
     Requirement("truncate_rows", None),
     Requirement("padding_dict_to_tensor_dict", None),
 )
+
+
+_COLLECT = ("self", "output", "index", "use_vllm", "is_generate", "sync")
+_DISPATCH = ("self", "experience_consumer_stage", "experience_columns", "experience_count", "tp_size", "cp_size",
+             "cp_algo", "use_vllm", "indexes", "get_n_samples", "enable_partial_rollout", "is_generate")
+_RC = _HERE + ".rollout_correction:"
+
+
+def _rollout_correction_patches():
+    worker = "ActorHybridWorkerBase"
+    return [
+        Patch(
+            name="rollout correction: sampling rules", module=VALIDATE_CONFIG, target="validate_rl_args",
+            params=("actor_config", "ref_config", "reward_config", "rl_config", "generate_config", "critic_config",
+                    "vit_config"),
+            make=_RC + "make_validate_rl_args",
+        ),
+        Patch(
+            name="rollout correction: engine log-probs per output", module=VLLM_ENGINE,
+            target="VLLMInferEngine._post_process_outputs", params=("self", "request_outputs"),
+            make=_RC + "make_post_process_outputs",
+            # the sync generate step goes engine.generate_sequences -> _post_process_outputs
+            requires=(Requirement("VLLMInferEngine.generate_sequences", ("self", "idx_list", "kwargs")),),
+        ),
+        Patch(
+            name="rollout correction: the column after generation", module=ACTOR_WORKER,
+            target=f"{worker}.collect_transfer_dock_data", params=_COLLECT,
+            make=_RC + "make_collect_transfer_dock_data",
+            requires=(Requirement(f"{worker}.sync_generate_process",
+                                  ("self", "batch_data", "experience_count", "index", "pad_token_id")),
+                      Requirement("remove_padding_and_split_to_list", ("responses", "eos_token_id", "pad_token_id",
+                                                                       "to_list"))),
+        ),
+        Patch(
+            name="rollout correction: the column to the actor update", module=ACTOR_WORKER,
+            target=f"{worker}.dispatch_transfer_dock_data", params=_DISPATCH,
+            make=_RC + "make_dispatch_transfer_dock_data",
+            requires=(Requirement(f"{worker}.update", ("self", "kl_ctrl", "skip_actor_log_prob")),),
+        ),
+        Patch(
+            name="rollout correction: GRPO dock column", module=DATA_STRATEGY, target="DataStrategy.build_grpo",
+            params=("self", "prompts_num", "n_samples_per_prompt", "metrics", "max_age", "gbs_train",
+                    "addition_columns", "reuse_image_embeds", "dataset_additional_keys"),
+            make=_RC + "make_build_with_column",
+        ),
+        Patch(
+            name="rollout correction: DAPO dock column", module=DATA_STRATEGY, target="DataStrategy.build_dapo",
+            params=("self", "should_filter", "max_num_prompt_in_batch", "td_max_len", "n_samples_per_prompt", "metrics",
+                    "max_age", "gbs_train", "addition_columns", "addition_consumers", "dataset_additional_keys"),
+            make=_RC + "make_build_with_column",
+        ),
+    ]
 
 
 def _task_patch(module: str, helpers=()) -> Patch:
@@ -136,6 +199,7 @@ PATCHES = tuple(
     + [_task_patch(t) for t in TRAINERS]
     + _loss_patches(GRPO_LOSS, "GRPOActorLossFunc", "make_grpo_compute_loss", with_kl=True)
     + _loss_patches(DAPO_LOSS, "DAPOActorLossFunc", "make_dapo_compute_loss", with_kl=False)
+    + _rollout_correction_patches()
 )
 
 for _patch in PATCHES:

@@ -23,10 +23,17 @@ key                        meaning
                            gradient (arXiv 2506.01939); the loss then computes the entropy
 ``off_policy_mask_threshold``  DeepSeek-V3.2's off-policy sequence mask against ``old_log_prob``
 ``mask_truncated_completions`` refused: MindSpeed-RL's actor batch has no truncation flag
-``rollout_is`` and the     refused when set to anything but null/false (OpenRLHF's names, see
-other ``rollout_*`` keys   ``ROLLOUT_CORRECTION_KEYS``): rollout correction is not wired for
-                           MindSpeed-RL 2.1.0 (docs/rollout_correction.md says why); named here so
-                           the run stops with that reason, not MindSpeed-RL's "unknown key"
+``rollout_is``             rollout/training mismatch correction (docs/rollout_correction.md):
+                           ``token``, ``sequence`` or ``geometric`` importance weights from the
+                           vLLM engine's log-probs; ``rollout_is_threshold`` (``C`` truncates, default
+                           2; ``[lo, hi]`` / ``"lo_hi"`` masks outside, IcePop),
+                           ``rollout_is_batch_normalize``, ``rollout_rs`` / ``rollout_rs_threshold``
+                           (rejection, verl's option names plus rlhf_ext's), ``rollout_correction_bypass``;
+                           OpenRLHF's names. Refused with partial rollout, the async engine,
+                           multi-turn, DAPO's dynamic sampling and the transfer queue (the
+                           log-prob column is carried only on the sync transfer-dock path), and
+                           at ``validate_rl_args`` when the sampling settings make vLLM's log-probs
+                           differ from the trainer's (:mod:`.rollout_correction`)
 ``verifier_function``      also ``rlhf_ext:NAME`` (an rlhf_ext reward or preset), weights as usual;
                            rlhf_ext rewards grade with a per-sample timeout of
                            ``verifier_timeout`` seconds (a MindSpeed-RL key it never reads)
@@ -290,24 +297,110 @@ def check_token_masks(ours: Mapping[str, Any], source: Mapping[str, Any]) -> Dic
     return out
 
 
-def check_rollout_correction(source: Dict[str, Any]) -> None:
-    """Pop the rollout-correction keys; any of them switched on is a :class:`ConfigError` saying why.
+def _rejection_spec(options, thresholds) -> Dict[str, Any]:
+    """``rollout_rs`` (``"a,b"`` or a list) and ``rollout_rs_threshold`` (one value for all, a comma
+    string as verl writes it, or a list with one entry per option; an entry is a number, ``"lo_hi"``
+    or ``[lo, hi]``) -> ``{option: threshold}``."""
+    if options is None or options is False or options == "" or options == []:
+        if thresholds is not None:
+            raise ConfigError("rl_config.rollout_rs_threshold needs rl_config.rollout_rs")
+        return {}
+    names = [o.strip() for o in options.split(",")] if isinstance(options, str) else [str(o).strip() for o in options]
+    names = [n for n in names if n]
+    if thresholds is None:
+        raise ConfigError("rl_config.rollout_rs needs rl_config.rollout_rs_threshold (one bound per option, or one for all)")
+    if isinstance(thresholds, str):
+        values: List[Any] = [v.strip() for v in thresholds.split(",") if v.strip()]
+    elif isinstance(thresholds, (list, tuple)):
+        values = list(thresholds)
+    else:
+        values = [thresholds]
+    if len(values) == 1:
+        values = values * len(names)
+    if len(values) != len(names):
+        raise ConfigError(f"rl_config.rollout_rs_threshold: {len(values)} thresholds for {len(names)} rollout_rs options "
+                          f"({', '.join(names)})")
+    return {name: (list(v) if isinstance(v, (list, tuple)) else v) for name, v in zip(names, values)}
 
-    MindSpeed-RL 2.1.0's vLLM engine computes the sampled tokens' log-probs, but
-    ``ActorRolloutHybrid.generate_sequences`` keeps only the token ids, no transfer-dock column carries
-    log-probs to the actor, and they are vLLM's pre-temperature ``raw_logprobs``
-    (docs/rollout_correction.md, "MindSpeed-RL 2.1.0: not wired, and why"). A run asking for
-    correction would otherwise train uncorrected, or stop on MindSpeed-RL's bare "unknown key".
+
+# rl_config settings under which the rollout log-prob column would not reach the actor (docs/rollout_correction.md)
+_CORRECTION_REFUSED_WITH = (
+    ("partial_rollout_max_split", lambda v: v is not None and int(v) > 1,
+     "partial rollout concatenates pieces generated under different weights, and its pieces' log-probs are not kept"),
+    ("async_engine", bool, "the async generate path is not wired (only the sync path keeps the engine's log-probs)"),
+    ("multi_turn_enable", bool, "multi-turn rollouts interleave tool tokens no engine sampled"),
+    ("filter_groups_enable", bool, "DAPO's dynamic sampling copies a fixed list of columns from its sampling dock "
+                                   "(DynamicSampling.dynamic_sampling), which would drop the rollout log-probs"),
+    ("data_strategy", lambda v: str(v).strip().lower() in ("tq", "queue", "transfer_queue"),
+     "the transfer queue registers fixed per-consumer columns; use the transfer dock (data_strategy: td)"),
+)
+
+
+def check_rollout_correction(source: Dict[str, Any]) -> Dict[str, Any]:
+    """Pop the rollout-correction keys (OpenRLHF's names); ``{}`` when none is switched on, else
+    ``{"rollout_correction": {...}}``: plain values (they pickle with :class:`ConfiguredName`) from
+    which :func:`rollout_correction_of` builds the :class:`rlhf_ext.algorithms.RolloutCorrection`.
+
+    Checks here are the ones ``rl_config`` alone can answer; the sampling settings are checked in
+    ``validate_rl_args``, which sees ``generate_config`` too (:mod:`.rollout_correction`).
     """
     given = {key: _plain(source.pop(key)) for key in ROLLOUT_CORRECTION_KEYS if key in source}
-    on = sorted(key for key, value in given.items() if value is not None and value is not False)
-    if on:
-        raise ConfigError(
-            f"rl_config.{on[0]}: rollout/training mismatch correction is not available on MindSpeed-RL 2.1.0: "
-            "its vLLM engine's sampled-token log-probs are dropped by ActorRolloutHybrid.generate_sequences, no "
-            "transfer-dock column carries them to the actor loss, and they are pre-temperature raw_logprobs; see "
-            "docs/rollout_correction.md ('MindSpeed-RL 2.1.0: not wired, and why'); use OpenRLHF or verl with "
-            "rlhf_ext for corrected training")
+    level = given.get("rollout_is")
+    if level is False:
+        level = None
+    rejection = _rejection_spec(given.get("rollout_rs"), given.get("rollout_rs_threshold"))
+    threshold = given.get("rollout_is_threshold")
+    normalize = given.get("rollout_is_batch_normalize") or False
+    bypass = given.get("rollout_correction_bypass") or False
+    for key, value in (("rollout_is_batch_normalize", normalize), ("rollout_correction_bypass", bypass)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"rl_config.{key} must be true or false, got {value!r}")
+    if level is None and not rejection:
+        if threshold is not None or normalize or bypass:
+            on = [k for k, v in (("rollout_is_threshold", threshold is not None), ("rollout_is_batch_normalize", normalize),
+                                 ("rollout_correction_bypass", bypass)) if v]
+            raise ConfigError(f"rl_config.{on[0]} needs rl_config.rollout_is or rl_config.rollout_rs")
+        return {}
+    if level is not None and level not in ("token", "sequence", "geometric"):
+        raise ConfigError(f"rl_config.rollout_is={level!r} is not known; valid: token, sequence, geometric")
+    if isinstance(threshold, (list, tuple)):
+        threshold = list(threshold)
+    spec = {"is_level": level, "is_threshold": 2.0 if threshold is None else threshold,
+            "batch_normalize": normalize, "rejection": rejection, "bypass": bypass}
+    from rlhf_ext.algorithms.rollout_correction import parse_is_threshold, rejection_bounds
+
+    checks = [("rollout_is_threshold", parse_is_threshold, (_pair_of(spec["is_threshold"]),))] if level else []
+    checks += [("rollout_rs", rejection_bounds, (option, _pair_of(t))) for option, t in rejection.items()]
+    for key, check, args in checks:
+        try:
+            check(*args)
+        except ValueError as exc:
+            raise ConfigError(f"rl_config.{key}: {exc}") from None
+    for key, refused, why in _CORRECTION_REFUSED_WITH:
+        value = _plain(source.get(key))
+        if value is not None and refused(value):
+            raise ConfigError(f"rl_config.{key}={value!r} cannot be combined with rollout correction "
+                              f"(rl_config.rollout_is / rollout_rs): {why} (docs/rollout_correction.md)")
+    return {"rollout_correction": spec}
+
+
+def _pair_of(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def rollout_correction_of(settings_or_spec: Mapping[str, Any]):
+    """``(RolloutCorrection, bypass)`` from the plain spec (or the settings holding it); ``(None, False)`` without."""
+    spec = settings_or_spec.get("rollout_correction", settings_or_spec)
+    if not spec or "is_level" not in spec:
+        return None, False
+    from rlhf_ext.algorithms import RolloutCorrection
+
+    return RolloutCorrection(
+        is_level=spec["is_level"],
+        is_threshold=_pair_of(spec["is_threshold"]),
+        batch_normalize=bool(spec["batch_normalize"]),
+        rejection={option: _pair_of(t) for option, t in spec["rejection"].items()},
+    ), bool(spec["bypass"])
 
 
 def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str, Any]]:
@@ -317,7 +410,7 @@ def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str
     Values not given take RLConfig 2.1.0's defaults for the checks.
     """
     source = dict(config_dict or {})
-    check_rollout_correction(source)
+    correction = check_rollout_correction(source)
     ours = {key: source.pop(key) for key in NEW_KEYS if key in source}
     ours = {k: (_plain(v)) for k, v in ours.items()}
     estimator = source.get("adv_estimator", "group_norm")
@@ -337,6 +430,7 @@ def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str
     if clip is not None:
         settings["kl_clip"] = list(clip) if clip else "none"
     settings.update(check_token_masks(ours, source))
+    settings.update(correction)
     check_verifiers(_plain(source.get("verifier_function", ["base_acc"])), _plain(source.get("verifier_weight", [1.0])))
     return source, settings
 

@@ -25,6 +25,11 @@ With no rlhf_ext setting the original ``compute_loss`` runs, bit for bit. Otherw
   their mask before aggregation (counts from the full mask, as TRL does); the entropy is computed
   for the first even with ``entropy_coeff: 0``, and the second measures the KL from
   ``old_log_prob`` (the policy that sampled, in MindSpeed-RL's batch).
+* rollout correction (``rl_config.rollout_is`` / ``rollout_rs``, :mod:`.rollout_correction`):
+  :func:`rlhf_ext.algorithms.rollout_correction` of ``old_log_prob`` against the batch's
+  ``rollout_log_probs`` weights and masks the per-token terms after the token masks, before
+  aggregation (bypass: the rollout log-probs are the ratio's behaviour policy); ``rollout_corr/*``
+  metrics.
 
 Metrics: MindSpeed-RL's (``actor/pg_loss``, ``actor/pg_clipfrac`` = low + high, ``actor/ppo_kl``,
 ``actor/kl_loss``, ``actor/entropy``) plus ``actor/clip_frac_low``, ``actor/clip_frac_high`` and, with
@@ -97,13 +102,30 @@ def token_keep(settings, log_probs, old_log_prob, advantages, mask, entropy):
     return keep
 
 
-def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, entropy=None):
-    """``(aggregated policy loss, ppo_kl, metrics)`` for the rlhf_ext settings of ``loss``."""
-    from rlhf_ext.algorithms import aggregate_loss, get_policy_loss
+def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, entropy=None, batch=None):
+    """``(aggregated policy loss, metrics)`` for the rlhf_ext settings of ``loss``.
+
+    With rollout correction configured (``batch`` then holds ``rollout_log_probs``), the per-token
+    terms are weighted and masked by :func:`rlhf_ext.algorithms.rollout_correction` of
+    ``old_log_prob`` against the rollout log-probs, after the token masks and before aggregation;
+    in bypass mode the rollout log-probs are the PPO ratio's behaviour policy and the weights use
+    the current ``log pi``. The ``rollout_corr/*`` metrics join the loss's.
+    """
+    from rlhf_ext.algorithms import aggregate_loss, apply_rollout_correction, get_policy_loss, rollout_correction
+
+    from .config import rollout_correction_of
+    from .rollout_correction import rollout_log_probs_for
 
     settings = getattr(loss, SETTINGS_ATTR, None) or {}
     if old_log_prob is None:
+        # skip_actor_log_prob: one update per rollout, so the current policy is the old one
         old_log_prob = log_probs.detach().clone()
+    correction, bypass = rollout_correction_of(settings)
+    if correction is not None:
+        train = log_probs.detach() if bypass else old_log_prob
+        rollout, no_rollout_share = rollout_log_probs_for(batch if batch is not None else {}, train, mask)
+        if bypass:
+            old_log_prob = rollout
     eps_low, eps_high = _clip_range(loss)
     loss_type = settings.get("policy_loss_type", "ppo")
     fn = get_policy_loss(loss_type)
@@ -118,6 +140,12 @@ def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, 
     keep = token_keep(settings, log_probs, old_log_prob, advantages, mask, entropy)
     if keep is not None:
         per_token = torch.where(keep, per_token, per_token.new_zeros(()))
+    if correction is not None:
+        result = rollout_correction(train, rollout, mask, correction)
+        per_token = apply_rollout_correction(per_token, result)
+        metrics = dict(metrics)
+        metrics.update({"rollout_corr/" + key: value for key, value in result.metrics.items()})
+        metrics["rollout_corr/no_rollout_log_prob_fraction"] = no_rollout_share.detach()
     mode = settings.get("loss_agg_mode", default_mode)
     pg = aggregate_loss(per_token, mask, mode, max_len=settings.get("loss_agg_max_len"))
     return pg, metrics
@@ -150,6 +178,7 @@ def _finish(loss, module, batch, kwargs, pg_loss, metrics, ppo_extra):
     }
     if ppo_extra.get("kl_clip_frac") is not None:
         stats["actor/kl_clip_frac"] = float(ppo_extra["kl_clip_frac"])
+    stats.update({key: float(value) for key, value in metrics.items() if key.startswith("rollout_corr/")})
     return policy_loss, stats
 
 
@@ -165,7 +194,7 @@ def _make_compute_loss(original, module, with_kl: bool, default_mode):
         mask = _mask(batch, log_probs, module.generate_mask)
         old_log_prob = batch.get("old_log_prob")
         advantages = batch["advantages"]
-        pg, metrics = policy_terms(self, log_probs, old_log_prob, advantages, mask, default_mode(self), entropy)
+        pg, metrics = policy_terms(self, log_probs, old_log_prob, advantages, mask, default_mode(self), entropy, batch)
         entropy_mean = _masked_mean(entropy, mask) if entropy is not None else pg.new_zeros(())
         extra = {"entropy": entropy_mean.detach(), "kl_loss": pg.new_zeros(()), "kl_clip_frac": None}
         pg_loss = pg

@@ -347,17 +347,21 @@ def _watch_openrlhf_modules(role: str) -> None:
         import_hooks.when_imported(name, hook)
 
 
-def _start_run_record() -> None:
+def _before_ray_init(kwargs: dict) -> dict:
+    from ..retarget import cpu_processes
+    from ..retarget.state import applied_backend
     from .run_record import start_prepared_record
 
+    kwargs = cpu_processes.ray_init_kwargs(kwargs, applied_backend())  # the CPU target: no dashboard
     start_prepared_record()  # the driver's run record (config.json), once the run really starts
+    return kwargs
 
 
 def _patch_ray(module, role: str = "") -> None:
     from ..activation.ray_env import before_actor_class, before_ray_init, patch_ray
 
     patch_ray(module, OpenRLHFCompatibilityError)
-    before_ray_init(_start_run_record)
+    before_ray_init(_before_ray_init)
     apply = _apply_or_exit if role == "driver" else compat.apply_module
 
     def patch_bases_first(cls) -> None:

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from rlhf_ext.npu.backend import BACKENDS, ENV_DEVICE
 from rlhf_ext.patching.import_hooks import when_imported
-from rlhf_ext.patches.retarget import cpu_dtype, models, ray_placement, strategy, vllm_cpu_weights, weight_sync
+from rlhf_ext.patches.retarget import cpu_dtype, cpu_processes, models, ray_placement, strategy, vllm_cpu_weights, weight_sync
 from rlhf_ext.patches.retarget.guard import RetargetError, warn_if_untested_version
 from rlhf_ext.patches.retarget.state import _lock, _set_applied, applied_backend, retarget_backend
 
@@ -69,7 +69,9 @@ def apply_openrlhf_retarget(backend: Optional[str] = None) -> str:
       (:func:`rlhf_ext.npu.transfer_to_npu` / :func:`rlhf_ext.npu.transfer_to_cpu`);
     * patches Ray and OpenRLHF as each of their modules is imported (:data:`MODULE_PATCHES`);
     * exports ``RLHF_EXT_DEVICE`` so processes started from this one (vLLM workers, a local Ray
-      cluster started by ``ray.init``) make the same choice.
+      cluster started by ``ray.init``) make the same choice;
+    * on ``"cpu"``, exports the process-layout defaults of :mod:`.cpu_processes` (vLLM's model runner
+      in its engine-core process), unless set.
 
     Raises :class:`RetargetError` when asked for a different backend than an earlier call applied,
     or when an OpenRLHF/Ray target of a patch is missing or changed.
@@ -89,6 +91,8 @@ def apply_openrlhf_retarget(backend: Optional[str] = None) -> str:
         if target == "cuda":
             return target
         os.environ[ENV_DEVICE] = target
+        if target == "cpu":
+            cpu_processes.set_cpu_process_defaults()
         warn_if_untested_version()
         when_imported("torch", functools.partial(_apply_shim, target))
         for module_name, patches in MODULE_PATCHES:
