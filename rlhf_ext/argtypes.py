@@ -28,6 +28,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = _parse(text, int, "a whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = _parse(text, float, "a number")
     if not (value > 0 and math.isfinite(value)):

@@ -1,8 +1,9 @@
 """Run records on disk: the ``rlhf_ext.run/1`` format (docs/run_records.md), framework-free.
 
 A run directory holds ``config.json``, ``metrics.jsonl`` (one JSON object per global step),
-``events.jsonl`` (start, resume, checkpoint, guard incidents, end) and, after a guard stop,
-``incident.json``. This module writes and reads them; the OpenRLHF side (what gets recorded, and
+``events.jsonl`` (start, resume, checkpoint, guard incidents, end), ``rollout_samples.jsonl`` (a
+bounded sample of each step's training rollouts: :func:`select_rollout_samples`,
+:func:`rollout_sample_record`) and, after a guard stop, ``incident.json``. This module writes and reads them; the OpenRLHF side (what gets recorded, and
 when) is :mod:`rlhf_ext.patches.openrlhf.run_record`.
 
 Appends are torn-line safe: every record is one ``os.write`` of one line on an ``O_APPEND``
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -28,6 +30,14 @@ SCHEMA_PREFIX = "rlhf_ext.run/"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
 CONFIG, METRICS, EVENTS, INCIDENT = "config.json", "metrics.jsonl", "events.jsonl", "incident.json"
+ROLLOUT_SAMPLES = "rollout_samples.jsonl"
+
+SAMPLES_PER_STEP = 8
+"""Default cap of recorded rollouts per step (``--rlhf_ext.rollout_samples``; 0 turns the file off)."""
+SAMPLES_TOTAL = 2000
+"""Default cap of recorded rollouts over the whole run (``--rlhf_ext.rollout_samples_total``)."""
+SAMPLE_TEXT_CHARS = 4000
+"""Longest prompt / response text kept per recorded rollout (characters; the rest is counted, not kept)."""
 
 OPENRLHF_PREFIXES = ("train/", "rollout/", "timing/", "eval/")
 OWN_PREFIXES = ("rlhf_ext/", "rollout_mismatch/", "rollout_corr/")
@@ -198,7 +208,8 @@ def rewrite_jsonl(path: os.PathLike, records: Iterable[Mapping[str, Any]]) -> No
 
 
 def truncate_metrics_after(path: os.PathLike, step: int) -> int:
-    """Keep the records of steps <= ``step`` (a resume from that step's checkpoint); returns how many were dropped."""
+    """Keep the records of steps <= ``step`` (a resume from that step's checkpoint); returns how many were dropped.
+    Works on any JSONL file whose lines carry ``step`` (``metrics.jsonl``, ``rollout_samples.jsonl``)."""
     path = Path(path)
     if not path.exists():
         return 0
@@ -207,6 +218,81 @@ def truncate_metrics_after(path: os.PathLike, step: int) -> int:
     if len(kept) != len(records):
         rewrite_jsonl(path, kept)
     return len(records) - len(kept)
+
+
+# --- rollout samples ----------------------------------------------------------------------------
+
+
+def prompt_id(prompt: str) -> str:
+    """A short, stable name of a prompt text (first 12 hex digits of its SHA-1): the key that finds
+    the same prompt at two steps, in the run record and in the report's sample viewer."""
+    import hashlib
+
+    return hashlib.sha1(prompt.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def select_rollout_samples(prompts: Sequence[str], cap: int) -> List[int]:
+    """Which of a step's rollouts to record: indices into ``prompts`` (one entry per rollout), at most ``cap``.
+
+    Whole prompt groups first (every answer to a prompt, so a group's spread is visible), the
+    groups in the order of :func:`prompt_id`. The order depends on the prompt text alone, so a prompt
+    recorded at one step is recorded again whenever it comes back (the next epoch): the viewer
+    can show the same prompt at two steps without keeping every rollout.
+    """
+    if cap <= 0:
+        return []
+    groups: Dict[str, List[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(prompt_id(str(prompt)), []).append(i)
+    chosen: List[int] = []
+    for pid in sorted(groups):
+        chosen.extend(groups[pid][: cap - len(chosen)])
+        if len(chosen) >= cap:
+            break
+    return chosen
+
+
+def _clip(text: Any, limit: int) -> Tuple[str, int]:
+    text = "" if text is None else str(text)
+    return (text, 0) if len(text) <= limit else (text[:limit], len(text) - limit)
+
+
+def rollout_sample_record(step: int, *, prompt: str, response: str, reward: Optional[float],
+                          components: Optional[Mapping[str, Any]] = None, advantage: Optional[float] = None,
+                          truncated: Optional[bool] = None, response_tokens: Optional[int] = None,
+                          label: Any = None, text_chars: int = SAMPLE_TEXT_CHARS) -> Dict[str, Any]:
+    """One ``rollout_samples.jsonl`` line (docs/run_records.md). Texts longer than ``text_chars`` are
+    cut, the number of characters left out is under ``clipped``; non-finite numbers become ``null``."""
+
+    def num(value):
+        ok, number = _number(value)
+        return number if ok and number is not None and math.isfinite(number) else None
+
+    prompt_text, prompt_cut = _clip(prompt, text_chars)
+    response_text, response_cut = _clip(response, text_chars)
+    rec: Dict[str, Any] = {"step": int(step), "prompt_id": prompt_id(str(prompt)), "prompt": prompt_text,
+                           "response": response_text, "reward": num(reward),
+                           "components": {str(k): num(v) for k, v in (components or {}).items()},
+                           "advantage": num(advantage),
+                           "truncated": None if truncated is None else bool(truncated),
+                           "response_tokens": None if response_tokens is None else int(response_tokens)}
+    if label is not None:
+        # choice / ranking golds are objects: kept as their JSON text
+        rec["label"] = label if isinstance(label, (str, int, float, bool)) else json.dumps(label, default=str)
+    if prompt_cut or response_cut:
+        rec["clipped"] = {k: n for k, n in (("prompt", prompt_cut), ("response", response_cut)) if n}
+    return rec
+
+
+def read_rollout_samples(path: os.PathLike, warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    """The lines of a ``rollout_samples.jsonl`` that carry a step, a prompt and a response, in file order."""
+    out = []
+    for lineno, rec in read_jsonl_numbered(path, warnings):
+        if isinstance(rec.get("step"), int) and isinstance(rec.get("prompt"), str) and isinstance(rec.get("response"), str):
+            out.append(rec)
+        elif warnings is not None:
+            warnings.append(f"{Path(path).name} line {lineno} is not a rollout sample (step, prompt, response); skipped")
+    return out
 
 
 def write_json_atomic(path: os.PathLike, obj: Any) -> None:
@@ -320,6 +406,19 @@ def summarize(run_dir: os.PathLike) -> str:
             )
         elif ev.get("event") == "mismatch_warning":
             lines.append(f"  mismatch warning at step {ev.get('step')}: {ev.get('message', ev.get('metric'))}")
+    samples = read_rollout_samples(run_dir / ROLLOUT_SAMPLES)
+    if samples:
+        steps = sorted({r["step"] for r in samples})
+        lines.append(f"  rollout samples: {len(samples)} in {ROLLOUT_SAMPLES}, steps {steps[0]}..{steps[-1]} "
+                     "('rlhf-ext report' shows them)")
+    compute = config.get("compute") if isinstance(config.get("compute"), dict) else None
+    if compute is not None and compute.get("mfu_unavailable"):
+        lines.append(f"  MFU: none ({compute['mfu_unavailable']})")
+    elif compute is not None:
+        mfu = [m["rlhf_ext/throughput/mfu"] for m in metrics if isinstance(m.get("rlhf_ext/throughput/mfu"), (int, float))]
+        if mfu:
+            lines.append(f"  MFU of the policy update: median {100 * statistics.median(mfu):.3g}% over {len(mfu)} "
+                         f"steps ({compute.get('device')} x {compute.get('device_count')})")
     ckpts = [ev for ev in events if ev.get("event") == "checkpoint"]
     if ckpts:
         lines.append(f"  checkpoints: {len(ckpts)}, last at step {ckpts[-1].get('step')}: {ckpts[-1].get('path')}")

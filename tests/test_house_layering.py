@@ -231,6 +231,7 @@ def test_no_tool_imports_the_host_glue():
 
 
 @pytest.mark.parametrize("module", ["rlhf_ext.registry", "rlhf_ext.jsonfiles", "rlhf_ext.argtypes",
-                                    "rlhf_ext.throughput", "rlhf_ext.supervision"])
+                                    "rlhf_ext.throughput", "rlhf_ext.supervision",
+                                        "rlhf_ext.flops"])
 def test_the_ground_floor_stands_alone(module):
     assert GRAPH[module] == set(), module

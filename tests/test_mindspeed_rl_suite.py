@@ -33,7 +33,9 @@ def mindspeed_env(plugin: bool) -> dict:
         "PYTHONPATH": os.pathsep.join([STANDIN, SRC, REPO]),
         "RLHF_EXT_MINDSPEED_RL_SRC": SRC,
         "RLHF_EXT_MINDSPEED_SUITE": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",  # the snapshot is shared: write nothing into it
+        # the snapshot is shared, so nothing may be written into it: compiled modules go to the environment's
+        # own folder instead of being compiled again by every process (setup installs without .pyc files)
+        "PYTHONPYCACHEPREFIX": os.path.join(os.path.dirname(os.path.dirname(VENV_PY)), "pycache"),
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_DEDUP_LOGS": "0",
     })

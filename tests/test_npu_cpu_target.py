@@ -68,6 +68,13 @@ def test_training_dtype_follows_the_cpu_and_the_setting(cpu):
     assert "RLHF_EXT_CPU_DTYPE='bogus' is not one of auto, asked, fp32" in result["bogus"]
 
 
+def test_deepspeed_builds_torchs_adamw_for_openrlhfs_adam_config(cpu):
+    # nothing compiled: DeepSpeed's own torch_adam switch, set by the CPU target (cpu_optimizer.py)
+    result = _ok(cpu["adam_optimizer"])
+    assert result["optimizer"] == "AdamW" and result["is_torch_adamw"], result
+    assert result["changed"] >= result["params"] // 2, result
+
+
 def test_models_load_intact_under_the_shim(cpu):
     # Regression: wrapping torch's factories before torch cached its constructor set left rotary
     # inv_freq uninitialised after from_pretrained (garbage of order 1e26).

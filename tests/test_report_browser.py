@@ -350,3 +350,136 @@ def test_seed_groups_in_chromium_offline(browser, tmp_path):
         assert outside == [], outside
     finally:
         context.close()
+
+
+SAMPLE_PROMPTS = [
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?",
+    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
+    "James writes a 3-page letter to 2 different friends twice a week. How many pages does he write a year?",
+]
+SAMPLE_GOLD = ["72", "10", "624"]
+
+
+def write_rollout_samples(run_dir: Path):
+    """Hand-made ``rollout_samples.jsonl`` (the format's own record builder, appended as the writer does):
+    the same three prompts at steps 1, 15 and 30, four answers each, right more often later; one
+    truncated answer; one answer that tries to inject markup. Returns the records."""
+    from rlhf_ext import runs
+
+    records = []
+    for step, right in ((1, 1), (15, 2), (30, 4)):
+        for p, (prompt, gold) in enumerate(zip(SAMPLE_PROMPTS, SAMPLE_GOLD)):
+            for k in range(4):
+                ok = k < right - (p == 2)
+                cut = step == 1 and p == 1 and k == 3
+                response = (f"<think>Step by step: ... so the total is {gold}.</think> The answer is \\boxed{{{gold}}}."
+                            if ok else ("Let me think. First, 48 / 2 = 24, then 48 + 24 = " if cut else
+                                        f"The answer is \\boxed{{{int(gold) + k + 1}}}."))
+                if step == 15 and p == 0 and k == 3:
+                    response = "<script>window.__pwned = 1</script><b>bold?</b>"
+                reward = (1.0 if ok else 0.0) + 0.2 * (not cut) - 0.5 * cut
+                records.append(runs.rollout_sample_record(
+                    step, prompt=prompt, response=response, reward=reward,
+                    components={"reward/accuracy": float(ok), "reward/answer_format": 0.2 * (not cut),
+                                "reward/truncation": -0.5 * cut},
+                    advantage=None, truncated=cut, response_tokens=16 if cut else 9 + k, label=gold))
+        group = records[-12:]
+        for p in range(3):  # GRPO-style advantages within each prompt group
+            rs = [r["reward"] for r in group[4 * p:4 * p + 4]]
+            mean = sum(rs) / 4
+            std = (sum((x - mean) ** 2 for x in rs) / 3) ** 0.5
+            for r in group[4 * p:4 * p + 4]:
+                r["advantage"] = (r["reward"] - mean) / (std + 1e-6)
+    for rec in records:
+        runs.append_jsonl(run_dir / runs.ROLLOUT_SAMPLES, rec)
+    return records
+
+
+def test_sample_viewer_in_chromium_offline(browser, tmp_path):
+    """Pick a step, read the answers, filter by reward and truncation, see the same prompt at two steps,
+    and an evalkit evaluation's answers in the same viewer; counts recomputed here from the files."""
+    from rlhf_ext.evalkit.records import SampleLog
+
+    root = tmp_path / "samples"
+    run = write_synthetic_run(root / "grpo", steps=30, seed=0, mismatch=False)
+    records = write_rollout_samples(run)
+    ev = write_synthetic_eval(root / "evals" / "grpo_final", model=run / "final", accuracy=0.6, problems=3,
+                              n_samples=4)
+    evrecs = SampleLog(ev / "samples.jsonl").read()
+    for rec in evrecs:
+        i = int(rec["problem_id"][1:])
+        rec.update(prompt=SAMPLE_PROMPTS[i], gold=SAMPLE_GOLD[i],
+                   response=f"... so the answer is \\boxed{{{SAMPLE_GOLD[i] if rec['correct'] else rec['extracted']}}}.")
+    (ev / "samples.jsonl").unlink()
+    with SampleLog(ev / "samples.jsonl") as log:
+        log.append(evrecs)
+    out = build([run], [root / "evals"], tmp_path / "samples.html")
+    page, context, errors, outside = open_offline(browser, out)
+    try:
+        options = page.eval_on_selector_all("#samples-a option", "os => os.map(o => o.textContent)")
+        assert options == ["grpo \u00b7 step 1", "grpo \u00b7 step 15", "grpo \u00b7 step 30",
+                           "evaluation of grpo step 30 \u00b7 task gsm8k"]
+
+        def shown():
+            return page.eval_on_selector_all("#samples-list .col-a .answer", "es => es.map(e => "
+                                             "[e.querySelector('pre').textContent, parseFloat(e.dataset.reward)])")
+
+        step1 = [r for r in records if r["step"] == 1]
+        assert shown() == [[r["response"], pytest.approx(r["reward"])] for r in step1]
+        assert page.locator("#samples-list .sample-prompt").count() == 3
+        # filter by reward: only the answers with reward >= 1
+        page.fill("#samples-min", "1")
+        assert shown() == [[r["response"], pytest.approx(r["reward"])] for r in step1 if r["reward"] >= 1]
+        page.fill("#samples-min", "")
+        page.select_option("#samples-truncated", "only")
+        assert [s[0] for s in shown()] == [r["response"] for r in step1 if r["truncated"]]
+        assert page.locator("#samples-list .answer .badge").count() == 1
+        page.select_option("#samples-truncated", "all")
+        # the same prompt at two steps: step 1 beside step 30, matched by prompt
+        page.evaluate("() => window.rlhfSamples.select('0:0', '0:2')")
+        blocks = page.locator("#samples-list .sample-prompt")
+        assert blocks.count() == 3
+        for b in range(3):
+            block = blocks.nth(b)
+            pid = block.get_attribute("data-prompt-id")
+            right = block.locator(".col-b pre.response").all_text_contents()
+            assert right == [r["response"] for r in records if r["step"] == 30 and r["prompt_id"] == pid]
+            left = block.locator(".col-a pre.response").all_text_contents()
+            assert left == [r["response"] for r in step1 if r["prompt_id"] == pid]
+        # model text is text: the injected markup shows as characters and runs nothing
+        page.evaluate("() => window.rlhfSamples.select('0:1', '')")
+        assert "<script>window.__pwned = 1</script><b>bold?</b>" in page.inner_text("#samples-list")
+        assert page.evaluate("() => window.__pwned") is None
+        # evalkit's answers in the same viewer: reward = correct
+        page.evaluate("() => window.rlhfSamples.select('1:0', '')")
+        assert sorted(shown()) == sorted([r["response"], float(r["correct"])] for r in evrecs)
+        # a training step beside the evaluation, matched by prompt text
+        page.evaluate("() => window.rlhfSamples.select('0:2', '1:0')")
+        for b in range(3):
+            block = blocks.nth(b)
+            pid = block.get_attribute("data-prompt-id")
+            i = [runs_prompt_id(p) for p in SAMPLE_PROMPTS].index(pid)
+            assert block.locator(".col-b .answer").count() == sum(1 for r in evrecs if r["problem_id"] == f"p{i}")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.evaluate("() => { window.rlhfSamples.select('0:0', '0:2');"
+                      " document.querySelector('#samples-list details').open = true;"
+                      " document.querySelector('nav').style.display = 'none'; }")  # the sticky bar off the shot
+        # the source's best reward green, its worst red
+        tones = page.eval_on_selector_all("#samples-list .col-a .answer", "es => es.map(e => e.className)")
+        best, worst = max(r["reward"] for r in records), min(r["reward"] for r in records)
+        assert tones == ["answer" + (" pos" if r["reward"] == best else " neg" if r["reward"] == worst else "")
+                         for r in step1]
+        shot = ARTIFACTS / "report_samples.png"
+        page.locator("#samples").screenshot(path=str(shot))
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert errors == [], errors
+        assert outside == [], outside
+    finally:
+        context.close()
+
+
+def runs_prompt_id(prompt: str) -> str:
+    from rlhf_ext.runs import prompt_id
+
+    return prompt_id(prompt)

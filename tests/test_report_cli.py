@@ -64,11 +64,21 @@ def test_report_command_errors_name_the_problem(tmp_path, capsys):
 
 
 def test_ten_runs_of_ten_thousand_steps_stay_under_the_size_bound(tmp_path):
+    from rlhf_ext import runs as record
+
     runs = write_synthetic_runs(tmp_path / "runs", runs=10, steps=10_000)
+    for r, run in enumerate(runs):  # rollout samples with long texts: more than the page keeps
+        for step in range(1, 10_001, 100):
+            for k in range(2):
+                record.append_jsonl(run / record.ROLLOUT_SAMPLES, record.rollout_sample_record(
+                    step, prompt=f"prompt {step % 700} " + "p" * 1500, response=f"run {r} answer {k} " + "r" * 5000,
+                    reward=float(k), components={"reward/accuracy": float(k)}, advantage=k - 0.5, truncated=False,
+                    response_tokens=900))
     out = write_report(runs, tmp_path / "big.html")
     size = out.stat().st_size
     assert size < SIZE_BOUND_BYTES, size
     html = out.read_text()
+    assert html.count("shows ") >= 10 and "of its 200 recorded answers" in html  # each run's sample was cut, and says so
     figs = figures_in(html)
     assert figs["fig-dyn-pass_rate"] == 20 and figs["fig-dyn-clip"] == 40
     # every trace is thinned to the display budget: count the points of each base64 float32 array

@@ -16,6 +16,7 @@ import math
 import pytest
 
 from rlhf_ext import runs
+from rlhf_ext.flops import ModelShape
 from rlhf_ext.cli import main as cli_main
 from rlhf_ext.patches.openrlhf.guard import GUARD_EXIT_CODE, tensor_digest
 from rlhf_ext.tours.smoke import parse_train_log, run_record_dir, run_training, train_command
@@ -82,6 +83,41 @@ def test_healthy_run_records_config_every_logged_metric_and_events(e2e_grpo_run,
         assert rec["rlhf_ext/guard/max_abs_log_ratio"] >= 0
         assert rec["elapsed_s"] > 0 and rec["time"] > config["started_at"]
     assert records[1]["elapsed_s"] > records[0]["elapsed_s"]
+
+    # the compute block: this run trains on the CPU, which has no peak figure: no MFU, and the reason
+    compute = config["compute"]
+    assert compute["device"] == "cpu" and compute["device_count"] == 1 and compute["peak_flops_per_device"] is None
+    assert "no peak-FLOPs figure for device 'cpu'" in compute["mfu_unavailable"]
+    model_config = json.loads((work / "task" / "model" / "config.json").read_text())
+    assert compute["model_shape"]["layers"] == model_config["num_hidden_layers"]
+    for rec in records:  # the update's FLOPs by hand from the same step's logged values; no MFU without a peak
+        shape = ModelShape(**{k: v for k, v in compute["model_shape"].items() if k in ModelShape.__dataclass_fields__})
+        t = rec["train/total_length"]
+        assert rec["rlhf_ext/throughput/update_flops"] == pytest.approx(
+            rec["rollout/num_samples"] * t * shape.train_flops_per_token(t))
+        assert "rlhf_ext/throughput/mfu" not in rec
+
+    # rollout samples: the default 8 per step = the two 4-answer groups with the lowest prompt ids
+    samples = runs.read_rollout_samples(run / runs.ROLLOUT_SAMPLES)
+    assert [s["step"] for s in samples] == [1] * 8 + [2] * 8
+    for step in (1, 2):
+        groups = {}
+        for s in samples:
+            if s["step"] == step:
+                groups.setdefault(s["prompt_id"], []).append(s)
+        assert list(groups) == sorted(groups) and [len(g) for g in groups.values()] == [4, 4]
+        for group in groups.values():
+            assert all(runs.prompt_id(s["prompt"]) == s["prompt_id"] and s["response"] for s in group)
+            assert all(isinstance(s["truncated"], bool) and 0 < s["response_tokens"] <= 16 for s in group)
+            # the reward function's extra_logs, not the step-level values other patches copy into every row
+            assert all("reward/accuracy" in s["components"] and "advantage_std" not in s["components"]
+                       and not any(k.startswith("rollout_mismatch/") for k in s["components"]) for s in group)
+            # GRPO's advantages: each answer's reward against its group's mean, so they sum to 0 and keep the order
+            assert abs(sum(s["advantage"] for s in group)) < 1e-3
+            for a in group:
+                for b in group:
+                    if a["reward"] > b["reward"] + 1e-6:
+                        assert a["advantage"] > b["advantage"]
 
     events = runs.read_jsonl(run / runs.EVENTS)
     assert [e["event"] for e in events] == ["start", "end"]

@@ -123,6 +123,10 @@ def generate(prompt_ids: Sequence[List[int]], *, engine: Dict, max_new_tokens: i
     """Sample one response per prompt with vLLM; shut the engine down before returning."""
     from vllm import LLM, SamplingParams
 
+    from rlhf_ext.npu.cpu_vllm_layout import prefer_single_process_vllm
+
+    if _on_cpu():
+        prefer_single_process_vllm()  # one interpreter, not three (rlhf_ext.npu.cpu_vllm_layout)
     llm = LLM(**engine)
     try:
         params = [SamplingParams(temperature=temperature, max_tokens=max_new_tokens, logprobs=1, seed=seed + i)

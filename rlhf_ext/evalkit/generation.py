@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional, Sequence
 
+from rlhf_ext.npu.cpu_vllm_layout import prefer_single_process_vllm
+
 
 @dataclass(frozen=True)
 class SampleRequest:
@@ -109,15 +111,15 @@ def engine_kwargs(settings: EngineSettings) -> dict:
 def make_llm(settings: EngineSettings):
     """Create ``vllm.LLM`` for evalkit (see :func:`engine_kwargs`).
 
-    On CPU the engine core runs in this process unless ``VLLM_ENABLE_V1_MULTIPROCESSING`` is set:
-    vLLM's CPU platform would otherwise start two more interpreters (engine core, and a worker for
-    its multiprocess executor), which on a small CPU box costs more than the evaluation itself
-    (an 8-problem tiny-model run: 38 -> 28 CPU-s, docs/benchmarks.md "CPU process layout").
+    On CPU the engine core runs in this process unless ``VLLM_ENABLE_V1_MULTIPROCESSING`` is set
+    (:mod:`rlhf_ext.npu.cpu_vllm_layout`): vLLM's CPU platform would otherwise start two more
+    interpreters (engine core, and a worker for its multiprocess executor), which on a small CPU box
+    costs more than the evaluation itself (an 8-problem tiny-model run: 38 -> 28 CPU-s).
     """
     from vllm import LLM
 
     if platform_name() == "cpu":
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        prefer_single_process_vllm()
     return LLM(**engine_kwargs(settings))
 
 

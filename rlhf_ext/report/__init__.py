@@ -13,7 +13,8 @@ Python API::
 
 Data side (no plotting): :func:`load_run` / :func:`load_runs`, :func:`diff_configs`,
 :func:`moving_average`, :func:`minmax_downsample`, :func:`attribute` and :func:`paired_rows` for
-evaluations, :func:`headline`; :func:`collect` computes all of it. plotly is needed only by
+evaluations, :func:`headline`, :func:`run_source` / :func:`eval_source` / :func:`viewer_payload` for
+the sample viewer; :func:`collect` computes all of it. plotly is needed only by
 :func:`render_html` / :func:`write_report` (``pip install rlhf_ext[report]``).
 """
 
@@ -25,6 +26,7 @@ from .headline import headline
 from .page import SIZE_BOUND_BYTES, ReportData, collect, incident_rows, render_html, write_report
 from .panels import PANELS, Panel, resolve
 from .runs import RunRecord, RunRecordError, load_run, load_runs
+from .samples import SampleSource, SampleView, eval_source, run_source, viewer_payload
 from .series import (
     WindowStats,
     difference_exceeds_noise,
@@ -42,5 +44,6 @@ __all__ = [
     "moving_average", "minmax_downsample", "stride_downsample", "final_window", "first_window", "WindowStats",
     "difference_exceeds_noise",
     "find_eval_dirs", "load_eval", "attribute", "paired_rows", "EvalRun", "EvalPoint", "PairRow", "EvalDirError",
+    "run_source", "eval_source", "viewer_payload", "SampleSource", "SampleView",
     "headline", "seed_groups", "SeedGroup", "GroupStat", "GroupComparison", "PANELS", "Panel", "resolve", "find_records", "report_workdir",
 ]

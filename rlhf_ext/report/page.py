@@ -7,8 +7,9 @@ checkpoints (bands = bootstrap 95% intervals) with the paired-comparison table, 
 notes about the data (unreadable lines, evaluations that match no run).
 
 File size: plotly.js is ~4.8 MB; the data adds at most about 0.5 MB per run for 10,000 steps
-(16 panels x (800 raw + 400 smoothed points + 9 moving-average windows), float32), so a report of
-10 runs x 10,000 steps stays under :data:`SIZE_BOUND_BYTES` (tested).
+(16 panels x (800 raw + 400 smoothed points + 9 moving-average windows), float32) and the sample
+viewer at most :data:`.samples.SAMPLE_BUDGET_BYTES` (2 MiB) in all, so a report of 10 runs x 10,000
+steps with their rollout samples stays under :data:`SIZE_BOUND_BYTES` (tested).
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from ..evalkit.resolution import MinEffect, audited_error, min_effect, verdict
 from .groups import GroupComparison, SeedGroup, comparisons, has_seed_groups, seed_groups
 from .headline import group_sentences, headline, headline_metric, latest_pairs, window_size
 from .panels import PANELS, PanelData, resolve
+from . import sample_viewer
 from .runs import RunRecord, load_runs
 
-SIZE_BOUND_BYTES = 12 * 1024 * 1024
-"""Upper bound on the file size of a 10-run x 10,000-step report (plotly.js included)."""
+SIZE_BOUND_BYTES = 14 * 1024 * 1024
+"""Upper bound on the file size of a 10-run x 10,000-step report (plotly.js and the sample viewer's answers included)."""
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
 
@@ -61,6 +63,9 @@ class ReportData:
     """Evaluations whose prompt template differs from the one their run trained with."""
     min_effect: Optional[MinEffect] = None
     """The minimum effect of the evaluation verdicts (given, or seed spread + audited grader error)."""
+    samples: Dict[str, object] = field(default_factory=lambda: {"prompts": [], "prompt_ids": [], "sources": []})
+    """The sample viewer's data (:func:`.samples.viewer_payload`)."""
+    sample_notes: List[str] = field(default_factory=list)
 
 
 def _say(message: str, quiet: bool) -> None:
@@ -106,7 +111,29 @@ def collect(run_dirs: Sequence, eval_dirs: Sequence = (), names: Optional[Sequen
         if said:
             data.headline.append(f"Evaluation verdicts at the experiment's resolution ({data.min_effect.describe()}): "
                                  + "; ".join(said) + ".")
+    data.samples, data.sample_notes = sample_payload(data)
     return data
+
+
+def sample_payload(data: ReportData):
+    """The sample viewer's sources: each run's rollout samples, then each evaluation's answers (named
+    after the run step it was placed on, when it was)."""
+    from .samples import eval_source, run_source, viewer_payload
+
+    sources = [s for r in data.runs if (s := run_source(r.name, r.path, r.warnings)) is not None]
+    for ev in data.evals:
+        placed = [p for p in data.points if p.eval is ev]
+        if placed:
+            first = placed[0]
+            name = f"evaluation of {data.runs[first.run].name} step {first.step}"
+            if len(placed) > 1:
+                name += f" (= {len(placed) - 1} other run(s)' step {first.step})"
+        else:
+            name = f"evaluation {ev.path.name}"
+        source = eval_source(name, ev.path)
+        if source is not None:
+            sources.append(source)
+    return viewer_payload(sources)
 
 
 def template_notes(points: Sequence[EvalPoint], runs: Sequence[RunRecord]) -> List[str]:
@@ -326,11 +353,22 @@ def _throughput_table(data: ReportData) -> str:
     body = "".join(f"<tr><td>{_e(r.name)}</td><td class=num>{cell(r.s_per_step, '{:.3g}')}</td>"
                    f"<td class=num>{cell(r.tokens_per_s, '{:.4g}')}</td><td class=num>{cell(r.speed_vs_first, '{:.2f}x')}"
                    f"</td><td class=num>{cell(None if r.wait_share is None else 100 * r.wait_share, '{:.0f}%')}</td>"
-                   f"<td class=num>{cell(r.weight_sync_s, '{:.3g}')}</td></tr>" for r in rows)
+                   f"<td class=num>{cell(r.weight_sync_s, '{:.3g}')}</td>{_mfu_cell(r)}</tr>" for r in rows)
     return ("<h3 style='font-size:14px;margin:16px 0 6px'>Throughput (medians over steps)</h3>"
             "<table id=throughput-table><tr><th>run</th><th>s/step</th><th>completion tokens/s</th>"
-            "<th>speed vs first run</th><th>% of step waiting for rollouts</th><th>weight sync, s</th></tr>"
+            "<th>speed vs first run</th><th>% of step waiting for rollouts</th><th>weight sync, s</th>"
+            "<th title='model FLOPs of the policy update (6N + 12LHQT per token, PaLM) / (update time x peak x "
+            "devices); generation and reference passes not counted'>MFU of the update (run; median step)</th></tr>"
             + body + "</table>")
+
+
+def _mfu_cell(r) -> str:
+    if r.mfu is None:
+        short = (r.mfu_note or "").split(" (")[0]  # the whole reason in the tooltip
+        return f'<td class="num mfu" title="{_e(r.mfu_note or "")}">\u2014 <span class=small>{_e(short)}</span></td>'
+    step = "" if r.mfu_median_step is None else f"; {100 * r.mfu_median_step:.3g}%"
+    return f'<td class="num mfu" title="{_e(r.mfu_note or "")}">{100 * r.mfu:.3g}%{step}</td>'
+
 
 
 def _diff_table(data: ReportData, colors: Sequence[str]) -> str:
@@ -560,6 +598,7 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
     notes = [f"{r.name}: {w}" for r in runs for w in r.warnings]
     notes += [f"evaluation {ev.path} not shown: {why}" for ev, why in data.unplaced]
     notes += data.template_notes
+    notes += data.sample_notes
     if any(r.wall_time_s is None for r in runs if len(r.steps)):
         notes.append("some runs record no elapsed time: they are absent when the x axis is wall-clock time")
     notes_html = ("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>") if notes else \
@@ -582,12 +621,12 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
     plotly_js = get_plotlyjs()
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)}</title><style>{_CSS}</style>
+<title>{_e(title)}</title><style>{_CSS}{sample_viewer.CSS}</style>
 <script type="text/javascript">{plotly_js}</script></head>
 <body data-xaxis="step" data-window="{default_window}">
 <header><h1>{_e(title)}</h1><div class="sub">{sub}</div></header>
 <nav><a href="#runs">Runs</a><a href="#headline-section">Headline</a><a href="#groups">Seed groups</a><a href="#dynamics">Training dynamics</a>
-<a href="#evaluation">Evaluation</a><a href="#incidents">Incidents</a><a href="#notes">Notes</a></nav>
+<a href="#evaluation">Evaluation</a><a href="#samples">Samples</a><a href="#incidents">Incidents</a><a href="#notes">Notes</a></nav>
 <main>
 <section id="runs"><h2>Runs</h2>{_run_table(data, colors)}</section>
 <section id="headline-section"><h2>Headline</h2>{headline_html}</section>
@@ -601,11 +640,13 @@ red crosses: non-finite values; long runs are thinned for display (min/max per b
 <div class="grid">{"".join(dyn_parts)}</div></section>
 <section id="evaluation"><h2>Evaluation over checkpoints</h2>
 <p class="small">Bands and error bars: bootstrap 95% intervals over problems (evalkit).</p>{eval_html}</section>
+<section id="samples"><h2>Answers beside the curves</h2>{sample_viewer.section(data.samples)}</section>
 <section id="incidents"><h2>Incidents</h2>{_incidents(runs)}</section>
 <section id="notes"><h2>Notes on the data</h2>{notes_html}</section>
 </main>
 <script type="application/json" id="rlhf-report-data">{blob_json}</script>
 <script type="text/javascript">{_JS}</script>
+<script type="text/javascript">{sample_viewer.JS}</script>
 </body></html>
 """
 

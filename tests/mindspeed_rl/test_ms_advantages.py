@@ -3,7 +3,7 @@
 import pytest
 import ray
 import torch
-from ms_helpers import StandInTransferDock, dock_columns
+from ms_helpers import dock_columns, fresh_dock
 from types import SimpleNamespace
 
 from rlhf_ext.algorithms import available_advantages, get_advantage, host_inputs, whiten
@@ -17,7 +17,7 @@ N = 4
 
 
 def run_task(task, estimator, scores=SCORES, lengths=LENGTHS, micro=8):
-    dock = StandInTransferDock.remote(dock_columns(scores, lengths))
+    dock = fresh_dock(dock_columns(scores, lengths))
     ray.get(task.options(num_cpus=0.1).remote(
         dock, 1.0, 0.95, adv_estimator=estimator, experience_count=micro, tokenizer=TOKENIZER,
         global_batch_size=len(scores), guarantee_order=False, n_sample_per_prompt=N))
@@ -91,7 +91,7 @@ def test_mindspeed_estimators_are_unchanged(local_ray, name):
         columns["values"] = [torch.linspace(0, 1, length) for length in LENGTHS]
 
         def run(task):
-            dock = StandInTransferDock.remote(columns)
+            dock = fresh_dock(columns)
             ray.get(task.options(num_cpus=0.1).remote(
                 dock, 1.0, 0.95, adv_estimator="gae", experience_count=8, tokenizer=TOKENIZER,
                 global_batch_size=8, guarantee_order=False, n_sample_per_prompt=N))
@@ -113,7 +113,7 @@ def test_mindspeed_estimators_are_unchanged(local_ray, name):
 def test_bad_group_size_is_reported_by_the_task(local_ray):
     from mindspeed_rl.trainer.utils import compute_utils
 
-    dock = StandInTransferDock.remote(dock_columns(SCORES[:6], LENGTHS[:6]))
+    dock = fresh_dock(dock_columns(SCORES[:6], LENGTHS[:6]))
     with pytest.raises(ray.exceptions.RayTaskError, match="groups of n_samples_per_prompt=4"):
         ray.get(compute_utils.compute_advantage.options(num_cpus=0.1).remote(
             dock, 1.0, 0.95, adv_estimator="rloo", experience_count=6, tokenizer=TOKENIZER,

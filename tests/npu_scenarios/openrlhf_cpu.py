@@ -82,11 +82,15 @@ def _init_like_deepspeed_on_cuda(timeout=None, **kwargs):
     dist.init_process_group(backend="nccl", timeout=timeout)
 
 
+_strategies = []  # the strategy set up below, used again once the tiny model exists
+
+
 def strategy_setup():
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     ds_module.deepspeed.init_distributed = _init_like_deepspeed_on_cuda
     strategy = ds_module.DeepspeedStrategy(zero_stage=0, args=ppo_args())
     strategy.setup_distributed()  # OpenRLHF's own code: set_device, init_distributed, init_device_mesh("cuda")
+    _strategies.append(strategy)
     extra = dist.new_group(ranks=[0], backend="nccl")
     return {
         "world_size": strategy.world_size,
@@ -200,6 +204,35 @@ def train_dtype():
 
 
 results.check("train_dtype", train_dtype)
+
+
+def adam_optimizer():
+    """The optimizer DeepSpeed really builds for OpenRLHF's Adam config on the CPU target (torch's AdamW:
+    rlhf_ext.patches.retarget.cpu_optimizer), and one step of it changing the weights."""
+    from torch.optim import AdamW
+
+    os.environ["RLHF_EXT_CPU_DTYPE"] = "fp32"
+    try:
+        strategy = _strategies[0]
+        actor = Actor(MODEL_DIR, param_dtype="bf16")
+        cfg = {"optim": "adam", "adam": {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0},
+               "lr_scheduler": "constant", "lr_warmup_ratio": 0.0, "min_lr_ratio": 0.1, "max_norm": 1.0,
+               "scheduler_steps": 1}  # fmt: skip
+        actor, optimizer, _ = strategy.prepare((actor, cfg))
+        engine = actor.model  # OpenRLHF's Actor now holds the DeepSpeed engine
+        inner = getattr(optimizer, "optimizer", optimizer)
+        before = [p.detach().clone() for p in engine.module.parameters()]
+        logits = engine(input_ids=torch.randint(0, 96, (2, 8))).logits
+        engine.backward(logits.float().pow(2).mean())
+        engine.step()
+        changed = sum(not torch.equal(b, p.detach()) for b, p in zip(before, engine.module.parameters()))
+        return {"optimizer": type(inner).__name__, "is_torch_adamw": isinstance(inner, AdamW),
+                "changed": changed, "params": len(before)}
+    finally:
+        os.environ.pop("RLHF_EXT_CPU_DTYPE", None)
+
+
+results.check("adam_optimizer", adam_optimizer)
 
 
 def entropy_eager():

@@ -34,6 +34,9 @@ where                                          what                             
                                                ``ppo_train``, ``save_logs_and_checkpoints``,
                                                ``save_best_checkpoint``: run record
                                                (:mod:`.run_record`)
+``ppo_trainer.BasePPOTrainer``                 ``_compute_rollout_stats``: a bounded        PPOTrainer actor
+                                               sample of the step's rollouts
+                                               (:mod:`.rollout_samples`)
 ``ppo_actor.ActorPPOTrainer.training_step``    non-finite guard, real grad norm (:mod:`.guard`) PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.ppo_train``        step count (guard), ships run-record data    PolicyModelActor
 ``deepspeed.DeepspeedStrategy.backward``       guard: checks before backward                PolicyModelActor
@@ -323,6 +326,13 @@ PATCHES = (
         target="BasePPOTrainer.save_best_checkpoint",
         params=("self", "eval_metrics", "global_step", "client_states"),
         make=_HERE + ".run_record:make_save_best_checkpoint",
+    ),
+    Patch(
+        name="run record: a bounded sample of the step's rollouts",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer._compute_rollout_stats",
+        params=("self", "experiences"),
+        make=_HERE + ".rollout_samples:make_compute_rollout_stats",
     ),
 )
 

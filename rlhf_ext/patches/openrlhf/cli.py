@@ -160,6 +160,9 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
     mismatch.add_arguments(group)
     loss_masks.add_arguments(group)
     rollout_correction.add_arguments(group)
+    from . import rollout_samples
+
+    rollout_samples.add_arguments(group)
     group.add_argument(
         "--rlhf_ext.run_dir", default=None, metavar="DIR",
         help="run record directory: config.json, metrics.jsonl (one line per global step), events.jsonl, "

@@ -95,33 +95,53 @@ class RunWriter:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
+        self.compute: Optional[Dict[str, Any]] = None
         config = self.path / runs.CONFIG
         if config.exists():
             try:
-                self.started_at = float(json.loads(config.read_text()).get("started_at", self.started_at))
-            except (ValueError, TypeError):
+                written = json.loads(config.read_text())
+                self.started_at = float(written.get("started_at", self.started_at))
+                self.compute = written.get("compute") if isinstance(written.get("compute"), dict) else None
+            except (ValueError, TypeError, AttributeError):
                 pass
-        for name in (runs.METRICS, runs.EVENTS):
+        for name in (runs.METRICS, runs.EVENTS, runs.ROLLOUT_SAMPLES):
             runs.repair_tail(self.path / name)
+        self.samples_written = 0
+        self.samples_full = False
 
     def begin(self, resume_step: int) -> None:
         metrics = self.path / runs.METRICS
         if resume_step > 0:
             dropped = runs.truncate_metrics_after(metrics, resume_step)
+            runs.truncate_metrics_after(self.path / runs.ROLLOUT_SAMPLES, resume_step)
             self.event("resume", resume_step, dropped_steps=dropped)
         else:
             if metrics.exists() and metrics.stat().st_size > 0:
                 # a fresh run in a used directory: keep the old record beside, never mix the two
                 stamp = time.strftime("%Y%m%d-%H%M%S")
-                for name in (runs.METRICS, runs.EVENTS, runs.INCIDENT):
+                for name in (runs.METRICS, runs.EVENTS, runs.INCIDENT, runs.ROLLOUT_SAMPLES):
                     if (self.path / name).exists():
                         os.replace(self.path / name, self.path / f"{name}.previous-{stamp}")
             self.event("start", 0)
+        self.samples_written = len(runs.read_jsonl(self.path / runs.ROLLOUT_SAMPLES))
+
+    def write_samples(self, step: int, records: List[Dict[str, Any]], total_cap: int) -> int:
+        """Append a step's rollout samples while the run's total stays within ``total_cap``; the
+        first time the cap cuts samples off, a ``rollout_samples_full`` event says so. Returns how many were written."""
+        room = max(0, total_cap - self.samples_written)
+        kept = records[:room]
+        for rec in kept:
+            runs.append_jsonl(self.path / runs.ROLLOUT_SAMPLES, rec)
+        self.samples_written += len(kept)
+        if len(kept) < len(records) and not self.samples_full:
+            self.samples_full = True
+            self.event("rollout_samples_full", step, total=self.samples_written, cap=total_cap)
+        return len(kept)
 
     def write_step(self, step: int, values: Mapping[str, Any]) -> None:
         from rlhf_ext.throughput import step_throughput
 
-        values = {**values, **step_throughput(values)}
+        values = {**values, **step_throughput(values, self.compute)}
         runs.append_jsonl(self.path / runs.METRICS, runs.metrics_record(step, values, now=time.time(),
                                                                          started_at=self.started_at))
 
@@ -433,7 +453,39 @@ def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
                             "input_template": args.get("data.input_template"),
                             "input_key": args.get("data.input_key")},
         "started_at": started_at,
+        "compute": _compute(namespace),
     }
+
+
+def _device_name() -> str:
+    """The accelerator the driver sees, as torch names it (``cpu`` on the CPU target or with none)."""
+    from rlhf_ext.patches.retarget.state import current_backend
+
+    if current_backend() == "cpu":
+        return "cpu"
+    import torch
+
+    npu = getattr(torch, "npu", None)
+    if npu is not None and getattr(npu, "is_available", lambda: False)():
+        return str(npu.get_device_name(0))
+    if torch.cuda.is_available():
+        return str(torch.cuda.get_device_name(0))
+    return "cpu"
+
+
+def _compute(namespace) -> Dict[str, Any]:
+    """The device, the training devices, the model's shape: what the per-step MFU needs."""
+    from rlhf_ext.flops import compute_block
+
+    device, error = None, None
+    try:
+        device = _device_name()
+    except Exception as exc:  # noqa: BLE001 - a broken device stack must not stop the run record
+        error = f"the device could not be read ({exc!r})"
+    nodes, per_node = getattr(namespace, "actor.num_nodes", None), getattr(namespace, "actor.num_gpus_per_node", None)
+    count = nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
+    return compute_block(getattr(namespace, "actor.model_name_or_path", None), count,
+                         getattr(namespace, "train.max_epochs", None), device, error)
 
 
 _driver_state: Dict[str, Any] = {}

@@ -21,6 +21,7 @@ import logging
 
 from rlhf_ext.patching import ledger
 from rlhf_ext.npu.cpu_dtype import ENV_CPU_DTYPE, cpu_train_dtype
+from rlhf_ext.patches.retarget.cpu_optimizer import with_torch_adam
 from rlhf_ext.patches.retarget.guard import require
 
 logger = logging.getLogger("rlhf_ext.retarget")
@@ -67,8 +68,9 @@ def _with_cpu_dtype(name: str, args: tuple, kwargs: dict):
 
 
 def get_train_ds_config(*args, **kwargs):
-    """``get_train_ds_config`` with bf16/fp16 off where the CPU target trains in float32."""
-    return _with_cpu_dtype("get_train_ds_config", args, kwargs)
+    """``get_train_ds_config`` with bf16/fp16 off where the CPU target trains in float32, and torch's
+    AdamW for an Adam optimizer (:mod:`.cpu_optimizer`: nothing to compile)."""
+    return with_torch_adam(_with_cpu_dtype("get_train_ds_config", args, kwargs))
 
 
 def get_eval_ds_config(*args, **kwargs):

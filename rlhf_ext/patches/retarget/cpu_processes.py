@@ -27,14 +27,14 @@ from __future__ import annotations
 import os
 from typing import MutableMapping, Optional
 
-ENV_VLLM_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+from rlhf_ext.npu.cpu_vllm_layout import ENV_VLLM_MULTIPROCESSING, prefer_single_process_vllm
+
 ENV_RAY_DASHBOARD = "RLHF_EXT_RAY_DASHBOARD"
 
 
 def set_cpu_process_defaults(environ: Optional[MutableMapping[str, str]] = None) -> None:
     """Export the CPU target's defaults (only those not already set) to this process and its children."""
-    environ = os.environ if environ is None else environ
-    environ.setdefault(ENV_VLLM_MULTIPROCESSING, "0")
+    prefer_single_process_vllm(environ)
 
 
 def dashboard_wanted(environ: Optional[MutableMapping[str, str]] = None) -> bool:
