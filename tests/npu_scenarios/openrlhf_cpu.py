@@ -3,7 +3,7 @@
 No stand-in here: the CPU target runs for real -- the CPU device shim, OpenRLHF's DeepSpeed
 strategy setting up gloo and a CPU device mesh, OpenRLHF's Actor loading a tiny model with the
 attention implementation mapped, packed and unpacked forward passes, and a weight broadcast from
-the trainer side to OpenRLHF's vLLM WorkerWrap over gloo. Run by tests/test_npu_cpu_target.py.
+the trainer side to OpenRLHF's vLLM WorkerWrap over gloo. Run by tests/test_retarget_cpu_target.py.
 """
 
 import faulthandler

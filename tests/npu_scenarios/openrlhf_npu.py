@@ -1,6 +1,6 @@
 """Scenario: the OpenRLHF retarget applied for NPU, driven through the stand-in torch_npu / vllm-ascend.
 
-Run by tests/test_npu_retarget.py with tests/npu_standin on PYTHONPATH and no RLHF_EXT_DEVICE,
+Run by tests/test_retarget_npu.py with tests/npu_standin on PYTHONPATH and no RLHF_EXT_DEVICE,
 so the backend comes from detection. Every check works on the real installed OpenRLHF classes.
 """
 

@@ -4,7 +4,7 @@ The cluster declares ``resources={"NPU": 3}`` and no GPUs, as an Ascend node doe
 retarget applied (backend detected through the stand-in torch_npu) OpenRLHF's own
 ``RayActorGroup`` must get its placement group and its ``ReferenceModelActor``s scheduled, each
 actor must take its local rank from its NPU id, and OpenRLHF's vLLM actor code must mask devices
-with ASCEND_RT_VISIBLE_DEVICES. Run by tests/test_npu_ray.py.
+with ASCEND_RT_VISIBLE_DEVICES. Run by tests/test_retarget_ray.py.
 """
 
 import os
@@ -98,7 +98,7 @@ def probe(actor_self):
 
 
 def rollout_env(actor_self):
-    """The replacement of RolloutRayActor._configure_device_env (tests/test_npu_retarget.py checks it is
+    """The replacement of RolloutRayActor._configure_device_env (tests/test_retarget_npu.py checks it is
     installed on OpenRLHF's class) run in a worker holding one NPU; importing vllm_engine here would
     only add vLLM's import time."""
     from types import SimpleNamespace
