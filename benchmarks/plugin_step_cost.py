@@ -64,6 +64,7 @@ train micro-batch (``train_micro`` x ``tokens``, ragged lengths, OpenRLHF's glob
 interleaved per repetition; ``openrlhf_ppo_again`` is the A/A row (the noise floor).
 
     python benchmarks/plugin_step_cost.py --losses new --shape realistic --reps 5
+    python benchmarks/plugin_step_cost.py --losses new --shape realistic --reps 15 --clock cpu   # CPU time
 
 Goal (issue #22): <= 1.05x of OpenRLHF's own PPO loss.
 """
@@ -789,9 +790,14 @@ NEW_LOSSES = ("cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl
 LOSS_GOAL = 1.05
 
 
-def compare_losses(shape_name: str, reps: int, names, threads: int = 1) -> dict:
-    """Median time of forward + backward per loss, and its ratio to OpenRLHF's own PPO loss."""
+def compare_losses(shape_name: str, reps: int, names, threads: int = 1, clock: str = "wall") -> dict:
+    """Median time of forward + backward per loss, and its ratio to OpenRLHF's own PPO loss.
+
+    ``clock``: ``wall`` (``time.perf_counter``) or ``cpu`` (``time.process_time``: the process's CPU
+    time, which leaves out the time the process waited for a core on a shared machine)."""
     import torch
+
+    now = time.process_time if clock == "cpu" else time.perf_counter
 
     from rlhf_ext.patches import activate
 
@@ -834,21 +840,21 @@ def compare_losses(shape_name: str, reps: int, names, threads: int = 1) -> dict:
     inner = {}
     for n, fn in fns.items():  # warm-up; the number of runs per timing
         once(fn)
-        t0 = time.perf_counter()
+        t0 = now()
         once(fn)
-        inner[n] = max(1, min(MAX_INNER, int(INNER_TARGET_S / max(time.perf_counter() - t0, 1e-6))))
+        inner[n] = max(1, min(MAX_INNER, int(INNER_TARGET_S / max(now() - t0, 1e-6))))
     k = min(inner.values())
     times = {n: [] for n in fns}
     for rep in range(reps):
         for n in rows:
             for side in ("openrlhf_ppo", n) if rep % 2 == 0 else (n, "openrlhf_ppo"):
-                t0 = time.perf_counter()
+                t0 = now()
                 for _ in range(k):
                     once(fns[side])
-                times[side].append((time.perf_counter() - t0) / k)
+                times[side].append((now() - t0) / k)
         _progress(f"losses {shape_name}", rep + 1, reps)
     base = statistics.median(times["openrlhf_ppo"])
-    return {"shape": shape_name, "batch": [B, T], "reps": reps, "runs": k, "baseline_s": base,
+    return {"shape": shape_name, "batch": [B, T], "reps": reps, "runs": k, "baseline_s": base, "clock": clock,
             "losses": {n: {"median_s": statistics.median(times[n]), "ratio": statistics.median(times[n]) / base}
                        for n in rows}}
 
@@ -856,7 +862,7 @@ def compare_losses(shape_name: str, reps: int, names, threads: int = 1) -> dict:
 def print_losses(report: dict) -> None:
     B, T = report["batch"]
     print(f"\npolicy loss forward+backward, {B} x {T} tokens (shape {report['shape']}), {report['reps']} reps x "
-          f"{report['runs']} runs; OpenRLHF's own ppo: {_fmt(report['baseline_s'])}")
+          f"{report['runs']} runs, {report.get('clock', 'wall')} time; OpenRLHF's own ppo: {_fmt(report['baseline_s'])}")
     for name, row in report["losses"].items():
         flag = "" if row["ratio"] <= LOSS_GOAL else f"  (> {LOSS_GOAL}x)"
         print(f"  {name:<20} {_fmt(row['median_s']):>10}  x{row['ratio']:.3f}{flag}")
@@ -891,6 +897,9 @@ def main(argv=None) -> int:
     parser.add_argument("--losses", default=None, metavar="LIST",
                         help="instead: each registered loss (comma list, or 'new' = issue 22's nine) against "
                              "OpenRLHF's own PPO loss, forward + backward in one process, step metrics off")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="--losses: time with the wall clock (default) or the process's CPU time (steadier on "
+                             "a shared machine: time spent waiting for a core is left out)")
     parser.add_argument("--child", choices=["patched", "unpatched"], help=argparse.SUPPRESS)
     parser.add_argument("--outdir", help=argparse.SUPPRESS)
     parser.add_argument("--role", help=argparse.SUPPRESS)
@@ -905,7 +914,8 @@ def main(argv=None) -> int:
         shapes = ["smoke", "realistic"] if args.shape == "all" else [args.shape]
         reports = []
         for shape in shapes:
-            report = compare_losses(shape, args.reps or (5 if shape == "realistic" else 10), names, args.threads)
+            report = compare_losses(shape, args.reps or (5 if shape == "realistic" else 10), names, args.threads,
+                                    args.clock)
             print_losses(report)
             reports.append(report)
     elif args.whole_step:

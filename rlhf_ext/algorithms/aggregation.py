@@ -7,11 +7,13 @@ token equally (DAPO's token-level loss).
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
-from .checks import check_token_inputs
+from .checks import check_token_inputs_finite, check_token_shapes
+from .float_flags import float_mask, rows_all_nonempty
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 
@@ -55,23 +57,47 @@ def aggregate_loss(
     """
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"unknown loss aggregation mode {mode!r}; choose from {', '.join(LOSS_AGG_MODES)}")
-    maskb = check_token_inputs(mask, per_token_loss=per_token_loss)
-    # torch.where, not multiplication: padding may hold NaN/Inf and NaN * 0 is NaN.
-    masked = torch.where(maskb, per_token_loss, per_token_loss.new_zeros(()))
-    num_tokens = _positive(num_tokens, "num_tokens")
-    num_seqs = _positive(num_seqs, "num_seqs")
-    max_len = _positive(max_len, "max_len")
+    maskb = check_token_shapes(mask, per_token_loss=per_token_loss)
+    # The common case in one pass and one host-device synchronisation: the loss times the 0/1 mask, the
+    # sum it is reduced to anyway, and that sum read on the host -- finite only if every product is, i.e.
+    # the loss is finite everywhere (NaN * 0 and Inf * 0 are NaN), so the product equals torch.where's
+    # choice (x * 1 = x, x * 0 = 0) and passes or zeroes the gradient the same way. The sum is divided by 1
+    # (0 when a row has no token) and by each count given as a tensor being > 0 (1, else 0), so the same
+    # number also vouches for those. Anything else takes the exact checks and torch.where, as before.
+    dtype = per_token_loss.dtype
+    m = float_mask(maskb, dtype)
+    masked = per_token_loss * m
+    row_sums = masked.sum(dim=1) if mode == "seq-mean-token-mean" else None
+    total = row_sums.sum() if row_sums is not None else masked.sum()
+    probe = total / rows_all_nonempty(maskb)
+    counts = {}
+    for name, value in (("num_tokens", num_tokens), ("num_seqs", num_seqs), ("max_len", max_len)):
+        if isinstance(value, torch.Tensor):
+            value = value.detach().to(dtype)
+            probe = probe / (value > 0)
+        else:
+            value = _positive(value, name)
+        counts[name] = value
+    if not math.isfinite(probe.item()):
+        maskb, finite = check_token_inputs_finite(mask, per_token_loss=per_token_loss)  # raises on bad input
+        if not finite:  # NaN/Inf on the padding only
+            masked = torch.where(maskb, per_token_loss, per_token_loss.new_zeros(()))
+            row_sums = masked.sum(dim=1) if mode == "seq-mean-token-mean" else None
+            total = row_sums.sum() if row_sums is not None else masked.sum()
+        counts = {"num_tokens": _positive(num_tokens, "num_tokens"), "num_seqs": _positive(num_seqs, "num_seqs"),
+                  "max_len": _positive(max_len, "max_len")}
+    num_tokens, num_seqs, max_len = counts["num_tokens"], counts["num_seqs"], counts["max_len"]
     if num_seqs is None:
         num_seqs = float(per_token_loss.shape[0])
 
     if mode == "token-mean":
-        return masked.sum() / (num_tokens if num_tokens is not None else maskb.to(per_token_loss.dtype).sum())
+        return total / (num_tokens if num_tokens is not None else m.sum())
     if mode == "seq-mean-token-mean":
-        return (masked.sum(dim=1) / maskb.to(per_token_loss.dtype).sum(dim=1)).sum() / num_seqs
+        return (row_sums / m.sum(dim=1)).sum() / num_seqs
     if mode == "token-sum":
-        return masked.sum()
+        return total
     if mode == "seq-mean-token-sum":
-        return masked.sum() / num_seqs
+        return total / num_seqs
     if max_len is None:
         max_len = float(per_token_loss.shape[1])
-    return masked.sum() / (max_len * num_seqs)
+    return total / (max_len * num_seqs)

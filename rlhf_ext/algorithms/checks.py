@@ -15,10 +15,13 @@ runs with ``--rlhf_ext.guard off``, still raise.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
+
+from .float_flags import rows_all_nonempty
 
 _deferral = threading.local()
 
@@ -106,9 +109,8 @@ def check_token_inputs(mask, **tensors) -> torch.Tensor:
     return check_token_inputs_finite(mask, **tensors)[0]
 
 
-def check_token_inputs_finite(mask, **tensors) -> Tuple[torch.Tensor, bool]:
-    """:func:`check_token_inputs`, also telling whether the tensors are finite everywhere, padding
-    included (then a product with the 0/1 mask zeroes the padding exactly, no ``where`` needed)."""
+def check_token_shapes(mask, **tensors) -> torch.Tensor:
+    """The type and shape part of :func:`check_token_inputs` (no values read); returns the boolean mask."""
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"mask must be a tensor, got {type(mask).__name__}")
     if mask.dim() != 2:
@@ -120,14 +122,22 @@ def check_token_inputs_finite(mask, **tensors) -> Tuple[torch.Tensor, bool]:
             raise ValueError(
                 f"shape mismatch: {name} has shape {tuple(t.shape)} but mask has {tuple(mask.shape)}"
             )
-    maskb = mask if mask.dtype == torch.bool else mask.bool()
     if mask.numel() == 0:
         raise ValueError(f"empty batch: mask has shape {tuple(mask.shape)}")
+    return mask if mask.dtype == torch.bool else mask.bool()
+
+
+def check_token_inputs_finite(mask, **tensors) -> Tuple[torch.Tensor, bool]:
+    """:func:`check_token_inputs`, also telling whether the tensors are finite everywhere, padding
+    included (then a product with the 0/1 mask zeroes the padding exactly, no ``where`` needed)."""
+    maskb = check_token_shapes(mask, **tensors)
     # One host-device synchronisation for the common case: every row has a token and every input is
     # finite everywhere. A sum is finite only if each of its terms is (NaN and +-Inf propagate; Inf -
     # Inf is NaN), so a finite total proves there is nothing to report; a non-finite one (a NaN in the
-    # padding, an overflowing sum) takes the exact per-input checks below, which decide as before.
-    rows_ok = maskb.any(dim=1).all()
+    # padding, an overflowing sum) takes the exact per-input checks below, which decide as before. The
+    # total is divided by 1 when every row has a token and by 0 otherwise (then Inf or NaN), so one number
+    # read on the host decides both.
+    rows_ok = rows_all_nonempty(maskb)
     total = None
     for t in tensors.values():
         if t.is_complex():  # not covered by the real-valued sum: the exact checks below
@@ -137,7 +147,7 @@ def check_token_inputs_finite(mask, **tensors) -> Tuple[torch.Tensor, bool]:
             # 16-bit floats summed in float32: 32k log-probabilities overflow float16's range
             part = t.detach().sum(dtype=torch.float32) if t.element_size() < 4 else t.detach().sum()
             total = part if total is None else total + part
-    if total is not None and bool(rows_ok & torch.isfinite(total)):
+    if total is not None and math.isfinite((total / rows_ok).item()):
         return maskb, True
     empty_rows = (~maskb.any(dim=1)).nonzero().flatten()
     if empty_rows.numel():

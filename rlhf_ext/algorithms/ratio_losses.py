@@ -17,6 +17,14 @@ instead of a number that moves with the log-probabilities themselves.
 
 Padding (``mask`` false) may hold NaN/Inf: inputs are zeroed there with ``torch.where`` before
 any arithmetic, so the loss and its gradient are 0 on padding and finite elsewhere.
+
+Cost (issue 22's goal: no more than OpenRLHF's own PPO loss): each loss computes its value and its
+derivative with respect to ``log pi`` without a graph and attaches the derivative with
+:func:`.linearised.with_derivative` (backward is one product instead of a node per operation), and
+combines masks and flags as 0/1 floats (:mod:`.float_flags`) instead of ``torch.where`` and booleans.
+Where the derivative is that of a ``min`` / ``max`` of a clipped and an unclipped branch, it is the
+unclipped branch's where that branch is kept, ties included (a tie means the clip is inactive, and
+autograd's half-and-half split then sums to the same).
 """
 
 from __future__ import annotations
@@ -27,48 +35,64 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .checks import check_token_inputs_finite
+from .float_flags import flag, float_mask
+from .linearised import with_derivative
 from .metric_requests import metric_wanted
-from .ppo_losses import _check_clip, _gspo, _masked, _masked_frac, _masked_mean, _zero_padded_mean
+from .ppo_losses import _check_clip, _zero_padded_mean
 from .registry import register_policy_loss
 
 Metrics = Dict[str, torch.Tensor]
 
 
 def _prepare(log_probs, old_log_probs, advantages, mask):
-    """Check the inputs and zero them on the padding. A loss whose every term carries the (zeroed)
-    advantage as a factor, the others finite there, is then 0 on the padding without another
-    ``where``; its gradient there is 0 through the zeroing of ``log_probs``.
+    """Check the inputs and zero them on the padding; returns the boolean mask, the zeroed
+    log-probs (with their graph), old log-probs and advantages (detached), the 0/1 float mask and the
+    token count (float32, or float64 for float64 inputs). A loss whose every term carries the (zeroed) advantage as a factor, the others
+    finite there, is then 0 on the padding without another mask; its gradient there is 0 through the
+    zeroing of ``log_probs``.
 
     Inputs finite everywhere (the usual case) are multiplied by the 0/1 mask: ``x * 1 = x`` and
     ``x * 0 = 0`` exactly, the gradient is passed or zeroed the same way, at a fraction of a ``where``'s
     cost. A NaN/Inf anywhere (padding may hold them) takes ``torch.where``, since ``NaN * 0`` is NaN."""
-    return _prepare_mask(log_probs, old_log_probs, advantages, mask)[:4]
-
-
-def _prepare_mask(log_probs, old_log_probs, advantages, mask):
-    """:func:`_prepare`, and the 0/1 float mask when the inputs were finite everywhere (else None)."""
     maskb, finite = check_token_inputs_finite(mask, log_probs=log_probs, old_log_probs=old_log_probs,
                                               advantages=advantages)
     dtype = log_probs.dtype
+    m = float_mask(maskb, dtype)
+    old_log_probs, advantages = old_log_probs.detach().to(dtype), advantages.detach().to(dtype)
     if finite:
-        m = maskb.to(dtype)
-        return maskb, log_probs * m, old_log_probs.to(dtype) * m, advantages.to(dtype) * m, m
-    zero = log_probs.new_zeros(())
-    return (maskb, torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs.to(dtype), zero),
-            torch.where(maskb, advantages.to(dtype), zero), None)
+        lp, old, adv = log_probs * m, old_log_probs * m, advantages * m
+    else:
+        zero = log_probs.new_zeros(())
+        lp, old, adv = (torch.where(maskb, log_probs, zero), torch.where(maskb, old_log_probs, zero),
+                        torch.where(maskb, advantages, zero))
+    # the count in float32 at least: exact up to 2^24 tokens, where a 16-bit sum would round it
+    return maskb, lp, old, adv, m, m.sum(dtype=torch.float64 if dtype == torch.float64 else torch.float32)
 
 
-def _score(log_probs: torch.Tensor) -> torch.Tensor:
-    """1 in value, ``grad log pi`` in gradient: ``exp(log pi - sg(log pi))``, written ``1 + (log pi -
-    sg(log pi))``, which has the same value (exactly 1) and derivative (exactly 1) without an ``exp``."""
-    return (log_probs - log_probs.detach()) + 1.0
+def _log_ratio(lp, old, log_ratio_clip, in_range: bool = True):
+    """``(log_ratio, in_range)``: ``log pi - log pi_old`` (detached) clamped to ``+-log_ratio_clip``, and the
+    derivative of the clamp (1 inside, ties included as autograd's ``clamp``; 0 outside) as a 0/1 float,
+    or ``None`` without a clip or when not asked for (``in_range=False``)."""
+    log_ratio = lp.detach() - old
+    if log_ratio_clip is None:
+        return log_ratio, None
+    clamped = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    return clamped, (flag(torch.le, log_ratio.abs(), log_ratio_clip) if in_range else None)
 
 
-def _log_ratio(lp, old, log_ratio_clip):
-    log_ratio = lp - old
-    if log_ratio_clip is not None:
-        log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
-    return log_ratio
+def _times(x: torch.Tensor, factor: Optional[torch.Tensor]) -> torch.Tensor:
+    return x if factor is None else x * factor
+
+
+def _frac(flags: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Fraction of the ``count`` response tokens where the 0/1 ``flags`` (0 on the padding) are 1 (summed in
+    the count's dtype: a 16-bit sum would round counts above 256)."""
+    return (flags.sum(dtype=count.dtype) / count).detach()
+
+
+def _mean(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Mean over the ``count`` response tokens of ``x``, 0 on the padding."""
+    return (x.detach().sum() / count).detach()
 
 
 def _bounds(loss: str, low, high, *, low_optional: bool = False, below_one: bool = True):
@@ -101,8 +125,9 @@ def cispo(
 
     ``L = -sg(clip(rho, 1 - clip_ratio_low, 1 + clip_ratio_high)) A log pi``: the importance
     weight is clipped and detached, the gradient always flows through ``log pi``, so no token is
-    dropped (PPO's clip zeroes the gradient of clipped tokens). Written with :func:`_score`, the
-    value is ``-sg(clip(rho)) A``, the gradient is verl's ``compute_policy_loss_cispo``'s.
+    dropped (PPO's clip zeroes the gradient of clipped tokens). Written ``-sg(clip(rho)) A exp(log pi -
+    sg(log pi))`` (module docstring), the value is ``-sg(clip(rho)) A``, the gradient is verl's
+    ``compute_policy_loss_cispo``'s.
 
     Options (verl keys): ``clip_ratio_low`` (None: no lower bound, as MiniMax-M1), ``clip_ratio_high``
     (default 4: weights capped at 5, ScaleRL's / TRL's ``epsilon_high=5.0`` for cispo, which TRL
@@ -112,24 +137,24 @@ def cispo(
     sign of A), ``ppo_kl``, ``ratio_mean``.
     """
     _bounds("cispo", clip_ratio_low, clip_ratio_high, low_optional=True)
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
+    maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
     lower = None if clip_ratio_low is None else 1.0 - clip_ratio_low
-    with torch.no_grad():  # the weight is detached: no graph for it
-        log_ratio = _log_ratio(lp, old, log_ratio_clip)
+    with torch.no_grad():  # the weight is detached: value and derivative are -w A
+        log_ratio, _ = _log_ratio(lp, old, log_ratio_clip, in_range=False)
         ratio = torch.exp(log_ratio)
         weight = ratio.clamp(min=lower, max=1.0 + clip_ratio_high)
-    loss = -weight * adv * _score(lp)
-    count = maskb.sum()
+        coef = -weight * adv
+    loss = with_derivative(coef, lp, coef)
     metrics: Metrics = {}
     if metric_wanted("clip_frac_low"):
-        low_hit = (ratio < lower) if lower is not None else torch.zeros_like(maskb)
-        metrics["clip_frac_low"] = _masked_frac(low_hit, maskb, count)
+        metrics["clip_frac_low"] = (_frac(flag(torch.lt, ratio, lower) * m, count) if lower is not None
+                                    else count.new_zeros(()))
     if metric_wanted("clip_frac_high"):
-        metrics["clip_frac_high"] = _masked_frac(ratio > 1.0 + clip_ratio_high, maskb, count)
+        metrics["clip_frac_high"] = _frac(flag(torch.gt, ratio, 1.0 + clip_ratio_high) * m, count)
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ratio_mean"):
-        metrics["ratio_mean"] = _masked_mean(ratio, maskb, count)
+        metrics["ratio_mean"] = _mean(ratio * m, count)
     return loss, metrics  # 0 on the padding already (see _prepare)
 
 
@@ -162,23 +187,27 @@ def sapo(
     ``ratio_mean``, ``gate_mean`` (mean ``f'(rho) = 4 s (1 - s) rho``: 1 on-policy).
     """
     _positive("sapo", tau_pos=tau_pos, tau_neg=tau_neg)
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
-    log_ratio = _log_ratio(lp, old, log_ratio_clip)
-    ratio = torch.exp(log_ratio)
-    tau = torch.where(adv > 0, adv.new_tensor(tau_pos), adv.new_tensor(tau_neg))
-    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
-    loss = -gate * adv
-    count = maskb.sum()
+    maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
+    with torch.no_grad():
+        log_ratio, in_range = _log_ratio(lp, old, log_ratio_clip)
+        ratio = torch.exp(log_ratio)
+        positive = flag(torch.gt, adv, 0.0)
+        # tau_pos where A > 0, else tau_neg: 1 * tau + 0 * tau' is exact, as torch.where would pick
+        tau = (positive * tau_pos).add_(1.0 - positive, alpha=tau_neg)
+        s = torch.sigmoid(tau * (ratio - 1.0))
+        gate = s * tau.reciprocal().mul_(4.0)
+        value = -gate * adv
+        # d/dlog pi of -(4 / tau) sigmoid(tau (rho - 1)) A = -4 A s (1 - s) rho, times the clamp's derivative
+        slope = (s * (1.0 - s)).mul_(ratio).mul_(4.0)
+        coef = _times(-adv * slope, in_range)
+    loss = with_derivative(value, lp, coef)
     metrics: Metrics = {}
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ratio_mean"):
-        metrics["ratio_mean"] = _masked_mean(ratio.detach(), maskb, count)
+        metrics["ratio_mean"] = _mean(ratio * m, count)
     if metric_wanted("gate_mean"):
-        with torch.no_grad():
-            s = torch.sigmoid(tau * (ratio - 1.0))
-            slope = 4.0 * s * (1.0 - s) * ratio
-        metrics["gate_mean"] = _masked_mean(slope, maskb, count)
+        metrics["gate_mean"] = _mean(slope * m, count)
     return loss, metrics  # 0 on the padding already (see _prepare)
 
 
@@ -215,38 +244,45 @@ def gmpo(
     ``ppo_kl``, ``seq_ratio_mean``.
     """
     _bounds("gmpo", clip_ratio_low, clip_ratio_high, below_one=False)
-    maskb, lp, old, adv, m = _prepare_mask(log_probs, old_log_probs, advantages, mask)
-    d = _log_ratio(lp, old, log_ratio_clip)
-    sgn = torch.sign(adv)
-    d_clamped = d.clamp(-clip_ratio_low, clip_ratio_high)
-    l_tok = sgn * torch.min(sgn * d, sgn * d_clamped)
-    lengths = maskb.sum(dim=1, keepdim=True).to(lp.dtype)
-    # l_tok is exactly 0 on the padding (zeroed inputs: d = 0, sgn = 0), so no mask before the sum
-    seq_log_ratio = l_tok.sum(dim=1, keepdim=True) / lengths
-    seq_adv = adv.sum(dim=1, keepdim=True) / lengths
-    ratio_tok = torch.exp(seq_log_ratio.detach() + l_tok - l_tok.detach())
-    loss = -seq_adv * ratio_tok
-    count = maskb.sum()
+    maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
+    with torch.no_grad():
+        raw = lp.detach() - old
+        d = raw if log_ratio_clip is None else raw.clamp(-log_ratio_clip, log_ratio_clip)
+        sgn = torch.sign(adv)
+        d_clamped = d.clamp(-clip_ratio_low, clip_ratio_high)
+        l_tok = sgn * torch.min(sgn * d, sgn * d_clamped)
+        lengths = m.sum(dim=1, keepdim=True)
+        # l_tok is exactly 0 on the padding (zeroed inputs: d = 0, sgn = 0), so no mask before the sum
+        seq_log_ratio = l_tok.sum(dim=1, keepdim=True) / lengths
+        seq_adv = adv.sum(dim=1, keepdim=True) / lengths
+        seq_loss = -seq_adv * torch.exp(seq_log_ratio)  # [B, 1]: -A_i exp(mean_t l_t)
+        # d l_t / d log pi_t is 1 where the min kept the unclipped log-ratio and the outer clip did not bind,
+        # i.e. where l_t equals the raw log-ratio (ties included: the clip is then inactive), and A_t != 0
+        # (sgn = 0 makes l_t constant); l_t never equals a raw log-ratio beyond the outer clip
+        keeps_grad = flag(torch.eq, l_tok, raw) * sgn.abs()
+    # token form: every token carries -A_i exp(sg(mean l) + l_t - sg(l_t)), value -A_i exp(mean l) (0 on the
+    # padding: the 0/1 mask), derivative -A_i exp(mean l) dl_t/dlog pi_t
+    loss = with_derivative(seq_loss * m, lp, seq_loss * keeps_grad)
     metrics: Metrics = {}
     if metric_wanted("clip_frac_high") or metric_wanted("clip_frac_low"):
-        clipped = (d != d_clamped).detach()
+        clipped = flag(torch.ne, d, d_clamped)  # 0 on the padding (d = 0 there)
         if metric_wanted("clip_frac_high"):
-            metrics["clip_frac_high"] = _masked_frac(clipped & (adv > 0), maskb, count)
+            metrics["clip_frac_high"] = _frac(clipped * flag(torch.gt, adv, 0.0), count)
         if metric_wanted("clip_frac_low"):
-            metrics["clip_frac_low"] = _masked_frac(clipped & (adv < 0), maskb, count)
+            metrics["clip_frac_low"] = _frac(clipped * flag(torch.lt, adv, 0.0), count)
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(d, count, negate=True)
     if metric_wanted("seq_ratio_mean"):
-        metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio.detach()).mean()
-    # the loss is -A_i s_i on the padding too (finite: computed from zeros); inputs finite everywhere make
-    # every token finite, so the 0/1 mask zeroes it exactly; else torch.where (a NaN token's row is NaN)
-    return (loss * m if m is not None else _masked(loss, maskb)), metrics
+        metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio).mean()
+    return loss, metrics
 
 
 def _select_random(candidates: torch.Tensor, count: int, generator: Optional[torch.Generator],
                    seed: Optional[int]) -> torch.Tensor:
-    """Up to ``count`` of the true positions of ``candidates`` ([N, 2] indices), chosen at random."""
-    idx = torch.nonzero(candidates)
+    """Up to ``count`` of the true positions of the 1-D boolean ``candidates``, chosen at random: the
+    positions in ascending order (row-major for a flattened ``[B, T]``, as ``nonzero`` of the 2-D mask
+    lists them), a random permutation of that list, its first ``count``."""
+    idx = torch.nonzero(candidates, as_tuple=True)[0]
     if len(idx) == 0:
         return idx
     if generator is None and seed is not None:
@@ -288,7 +324,8 @@ def clip_cov(
 
     Options (verl keys): ``clip_ratio_low/high``, ``policy_loss.clip_cov_ratio`` (0.0002),
     ``clip_cov_lb`` (1.0), ``clip_cov_ub`` (5.0). Metrics: ``cov_clip_frac`` (tokens detached),
-    ``clip_frac_low`` / ``clip_frac_high`` (PPO's), ``ppo_kl``.
+    ``clip_frac_low`` / ``clip_frac_high`` (tokens whose loss PPO's clip set, ``A < 0`` / ``A > 0``),
+    ``ppo_kl``.
     """
     if clip_ratio_high is None:
         clip_ratio_high = clip_ratio_low
@@ -297,36 +334,41 @@ def clip_cov(
         raise ValueError(f"clip_cov: clip_cov_ratio must be in (0, 1], got {clip_cov_ratio!r}")
     if not clip_cov_lb < clip_cov_ub:
         raise ValueError(f"clip_cov: clip_cov_lb must be < clip_cov_ub, got {clip_cov_lb!r} / {clip_cov_ub!r}")
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
-    log_ratio = _log_ratio(lp, old, log_ratio_clip)
-    ratio = torch.exp(log_ratio)
-    neg_adv = -adv
-    loss1 = neg_adv * ratio
-    loss2 = neg_adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
+    n_tokens = int(count)  # the host needs the number to draw
     with torch.no_grad():
-        clipped = (loss2 > loss1) & maskb
-        # the valid tokens in row-major order, as boolean indexing lists them, from one nonzero
-        flat_valid = torch.nonzero(maskb.reshape(-1), as_tuple=True)[0]
-        n_tokens = flat_valid.numel()
+        log_ratio, in_range = _log_ratio(lp, old, log_ratio_clip)
+        ratio = torch.exp(log_ratio)
+        neg_adv = -adv
+        loss1 = neg_adv * ratio
+        loss2 = neg_adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+        value = torch.maximum(loss1, loss2).contiguous()
+        clipped = flag(torch.gt, loss2, loss1)  # verl's clip_by_origin (0 on the padding: both losses 0 there)
+        kept = m - clipped  # response tokens PPO did not clip (1), the others (0)
+        # verl's means over the response tokens (sums of the zeroed inputs over the count)
         lp_d = lp.detach()
-        adv_mean = adv.reshape(-1).index_select(0, flat_valid).mean()
-        cov = (adv - adv_mean) * (lp_d - lp_d.reshape(-1).index_select(0, flat_valid).mean())
-        candidates = maskb & ~clipped & (cov > clip_cov_lb) & (cov < clip_cov_ub)
-        chosen = _select_random(candidates, max(int(clip_cov_ratio * n_tokens), 1), generator, seed)
-    # detaching the chosen tokens multiplies them by 0, the others by 1: the same values and gradient
-    # as a product with a keep-mask, written as a write of the chosen few instead of a pass over all
-    loss = torch.maximum(loss1, loss2).index_put((chosen[:, 0], chosen[:, 1]), loss1.new_zeros(()))
-    count = maskb.sum()
-    ratio_d = ratio.detach()
+        cov = (adv - adv.sum() / count) * (lp_d - lp_d.sum() / count)
+        candidates = (flag(torch.gt, cov, clip_cov_lb) * flag(torch.lt, cov, clip_cov_ub)).mul_(kept)
+        chosen = _select_random(candidates.reshape(-1).bool(), max(int(clip_cov_ratio * n_tokens), 1), generator,
+                                seed)
+        # the derivative where the max kept -A rho (not clipped): -A rho, times the outer clamp's derivative
+        coef = _times(loss1 * kept, in_range).contiguous()
+        # the chosen tokens are detached (verl multiplies them by 0): value and derivative 0 there, written
+        # into the few positions instead of a product over every token
+        value.view(-1).index_fill_(0, chosen, 0.0)
+        coef.view(-1).index_fill_(0, chosen, 0.0)
+    loss = with_derivative(value, lp, coef)
     metrics: Metrics = {}
     if metric_wanted("cov_clip_frac"):
-        keep = torch.ones_like(lp_d)
-        keep[chosen[:, 0], chosen[:, 1]] = 0.0
-        metrics["cov_clip_frac"] = _masked_mean((keep == 0).float(), maskb, count)
-    if metric_wanted("clip_frac_low"):
-        metrics["clip_frac_low"] = _masked_frac((ratio_d < 1.0 - clip_ratio_low) & (adv < 0), maskb, count)
-    if metric_wanted("clip_frac_high"):
-        metrics["clip_frac_high"] = _masked_frac((ratio_d > 1.0 + clip_ratio_high) & (adv > 0), maskb, count)
+        metrics["cov_clip_frac"] = (count.new_tensor(float(len(chosen))) / count).detach()
+    if metric_wanted("clip_frac_low") or metric_wanted("clip_frac_high"):
+        # the tokens the clip bound (as OpenRLHF's clip_ratio counts them), split by the sign of A: the upper
+        # bound binds only where A > 0, the lower only where A < 0 (counts of 0/1 floats: exact)
+        high = (clipped * flag(torch.gt, adv, 0.0)).sum(dtype=count.dtype)
+        if metric_wanted("clip_frac_high"):
+            metrics["clip_frac_high"] = (high / count).detach()
+        if metric_wanted("clip_frac_low"):
+            metrics["clip_frac_low"] = ((clipped.sum(dtype=count.dtype) - high) / count).detach()
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     return loss, metrics  # 0 on the padding already (see _prepare)
@@ -358,31 +400,35 @@ def kl_cov(
         raise ValueError(f"kl_cov: kl_cov_ratio must be in (0, 1], got {kl_cov_ratio!r}")
     if not ppo_kl_coef >= 0:
         raise ValueError(f"kl_cov: ppo_kl_coef must be >= 0, got {ppo_kl_coef!r}")
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
-    log_ratio = _log_ratio(lp, old, log_ratio_clip)
-    loss = -adv * torch.exp(log_ratio)
+    maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
+    k = max(1, int(int(count) * kl_cov_ratio))  # the host needs the number for topk
     with torch.no_grad():
-        flat_valid = torch.nonzero(maskb.reshape(-1), as_tuple=True)[0]
-        # the valid tokens in row-major order, as boolean indexing lists them, from one nonzero
-        a = adv.reshape(-1).index_select(0, flat_valid)
-        p = lp.detach().reshape(-1).index_select(0, flat_valid)
-        cov = (a - a.mean()) * (p - p.mean())
-        k = max(1, int(len(cov) * kl_cov_ratio))
-        top = flat_valid[torch.topk(cov, k, largest=True).indices]
-    # the penalty on the k chosen tokens only (a gather and a write), not a pass over every token
-    flat = loss.reshape(-1)
-    penalty = ppo_kl_coef * log_ratio.reshape(-1).index_select(0, top).abs()
-    loss = flat.index_put((top,), flat.index_select(0, top) + penalty).reshape(maskb.shape)
-    count = maskb.sum()
+        log_ratio, in_range = _log_ratio(lp, old, log_ratio_clip)
+        value = (-adv * torch.exp(log_ratio)).contiguous()
+        coef = _times(value, in_range).contiguous()  # d/dlog pi of -A rho
+        # the covariance over the response tokens (means: sums of the zeroed inputs over the count); the
+        # padding is pushed to -inf by subtracting 1/m - 1 (0 on a token, +inf on the padding, exactly), so
+        # topk over every position picks the k largest response tokens, as topk over them alone does
+        lp_d = lp.detach()
+        cov = (adv - adv.sum() / count) * (lp_d - lp_d.sum() / count)
+        cov -= m.reciprocal().sub_(1.0)
+        top = torch.topk(cov.reshape(-1), k, largest=True).indices
+        # the penalty ppo_kl_coef |log rho| on the k chosen tokens only (a gather and a write each)
+        lr_top = log_ratio.reshape(-1).index_select(0, top)
+        flat_value, flat_coef = value.view(-1), coef.view(-1)
+        flat_value.index_copy_(0, top, flat_value.index_select(0, top) + ppo_kl_coef * lr_top.abs())
+        penalty_slope = ppo_kl_coef * torch.sign(lr_top)
+        if in_range is not None:
+            penalty_slope = penalty_slope * in_range.reshape(-1).index_select(0, top)
+        flat_coef.index_copy_(0, top, flat_coef.index_select(0, top) + penalty_slope)
+    loss = with_derivative(value, lp, coef)
     metrics: Metrics = {}
     if metric_wanted("kl_cov_frac"):
-        penalised = torch.zeros(maskb.numel(), dtype=torch.bool, device=maskb.device)
-        penalised[top] = True
-        metrics["kl_cov_frac"] = _masked_mean(penalised.reshape(maskb.shape).float(), maskb, count)
+        metrics["kl_cov_frac"] = (count.new_tensor(float(k)) / count).detach()
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ppo_kl_abs"):
-        metrics["ppo_kl_abs"] = _masked_mean(log_ratio.detach().abs(), maskb, count)
+        metrics["ppo_kl_abs"] = _mean(log_ratio.abs(), count)
     return loss, metrics  # 0 on the padding already (see _prepare)
 
 
@@ -390,31 +436,42 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
     if high is None:
         high = low
     _positive(name, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=clip_ratio_c)
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
-    with torch.no_grad():  # the weight and the region are detached: no graph for them
-        log_ratio = _log_ratio(lp, old, log_ratio_clip)
+    maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
+    with torch.no_grad():  # the weight and the region are detached: value and derivative are -A w valid
+        lp_d = lp.detach()
+        raw = lp_d - old
+        log_ratio = raw if log_ratio_clip is None else raw.clamp(-log_ratio_clip, log_ratio_clip)
         ratio = torch.exp(log_ratio)
         weight = ratio.clamp(max=clip_ratio_c)
-        prob, old_prob = torch.exp(lp), torch.exp(old)
+        prob, old_prob = torch.exp(lp_d), torch.exp(old)
+        positive = flag(torch.gt, adv, 0.0)
         if name == "dppo_tv":
-            valid = torch.where(adv > 0, (prob - old_prob) <= high, (prob - old_prob) >= -low)
+            diff = prob - old_prob
+            inside_pos, inside_neg = flag(torch.le, diff, high), flag(torch.ge, diff, -low)
         else:
             # binary KL between Bernoulli(old_prob) and Bernoulli(prob); 1e-8 as verl
-            bkl = old_prob * (old - lp.detach()) + (1 - old_prob) * torch.log(
-                (1.0 - old_prob + 1e-8) / (1.0 - prob + 1e-8))
-            valid = torch.where(adv > 0, (bkl <= high) | (prob <= old_prob), (bkl <= low) | (prob >= old_prob))
-        coef = -adv * weight * valid.to(lp.dtype)
-    # (-A w valid) * score: the same product as -A * w * score * valid, reordered -- every factor but
-    # the score is detached and the score is exactly 1, so value and gradient are the same
-    loss = coef * _score(lp)
-    count = maskb.sum()
+            # verl's old_prob (old - lp) + (1 - old_prob) log(...), with old - lp = -raw: negation, and adding a
+            # negated term as a subtraction, are exact
+            old_rest = 1 - old_prob
+            bkl = old_rest * torch.log((old_rest + 1e-8) / ((1.0 - prob).add_(1e-8))) - old_prob * raw
+            # "or" of 0/1 flags: their maximum
+            inside_pos = torch.maximum(flag(torch.le, bkl, high), flag(torch.le, prob, old_prob))
+            inside_neg = torch.maximum(flag(torch.le, bkl, low), flag(torch.ge, prob, old_prob))
+        # the A > 0 region where A > 0, else the A <= 0 one: exact sums of 0/1 products, as torch.where picks
+        not_positive = 1.0 - positive
+        valid = (positive * inside_pos).add_(not_positive * inside_neg)
+        coef = -adv * weight * valid
+    loss = with_derivative(coef, lp, coef)
     metrics: Metrics = {}
-    if metric_wanted("clip_frac_high"):
-        metrics["clip_frac_high"] = _masked_frac(~valid & (adv > 0), maskb, count)
-    if metric_wanted("clip_frac_low"):
-        metrics["clip_frac_low"] = _masked_frac(~valid & (adv <= 0), maskb, count)
+    if metric_wanted("clip_frac_high") or metric_wanted("clip_frac_low"):
+        # outside the region; 0 on the padding, where pi = pi_old = 1 and A = 0 lie inside the A <= 0 region
+        outside = 1.0 - valid
+        if metric_wanted("clip_frac_high"):
+            metrics["clip_frac_high"] = _frac(outside * positive, count)
+        if metric_wanted("clip_frac_low"):
+            metrics["clip_frac_low"] = _frac(outside.mul_(not_positive), count)
     if metric_wanted("is_trunc_frac"):
-        metrics["is_trunc_frac"] = _masked_mean(((ratio > clip_ratio_c) & valid).float(), maskb, count)
+        metrics["is_trunc_frac"] = _frac((flag(torch.gt, ratio, clip_ratio_c) * valid).mul_(m), count)
     if metric_wanted("ppo_kl"):
         metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
     return loss, metrics  # 0 on the padding already (see _prepare)
@@ -500,11 +557,33 @@ def luspo(
 
     Metrics: GSPO's (``clip_frac_low``, ``clip_frac_high``, ``seq_ratio_mean``, ``ppo_kl``).
     """
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
     clip_ratio_high = _check_clip(clip_ratio_low, clip_ratio_high, "gspo")  # gspo's checks and messages
-    per_token, metrics = _gspo(lp, old, adv, maskb, clip_ratio_low, clip_ratio_high, log_ratio_clip, zeroed=True)
-    lengths = maskb.sum(dim=1, keepdim=True).to(per_token.dtype)
-    return per_token * lengths, metrics  # gspo's loss is 0 on the padding, so is its multiple
+    maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
+    with torch.no_grad():
+        # gspo's sequence ratio s_i = exp(clip(mean_t log rho_t)) ([B, 1]: the value of every token's s)
+        token_log_ratio = lp.detach() - old  # 0 on the padding
+        lengths = m.sum(dim=1, keepdim=True)
+        seq_log_ratio = token_log_ratio.sum(dim=1, keepdim=True) / lengths
+        if log_ratio_clip is not None:
+            seq_log_ratio = seq_log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+        s = torch.exp(seq_log_ratio)
+        surr = s * adv
+        surr_clipped = s.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * adv
+        value = -torch.minimum(surr, surr_clipped) * lengths
+        # token form s_it = exp(log pi_t - sg(log pi_t) + sg(log s_i)): d s_it / d log pi_t = s_i; the min keeps
+        # the unclipped branch where surr <= surr_clipped (ties: the clip is inactive); times |y_i|
+        coef = (-adv * s).mul_(flag(torch.le, surr, surr_clipped)).mul_(lengths)
+    loss = with_derivative(value, lp, coef)  # gspo's loss is 0 on the padding (A = 0), so is its multiple
+    metrics: Metrics = {}
+    if metric_wanted("clip_frac_low"):
+        metrics["clip_frac_low"] = _frac(flag(torch.lt, adv, 0.0) * flag(torch.lt, s, 1.0 - clip_ratio_low), count)
+    if metric_wanted("clip_frac_high"):
+        metrics["clip_frac_high"] = _frac(flag(torch.gt, adv, 0.0) * flag(torch.gt, s, 1.0 + clip_ratio_high), count)
+    if metric_wanted("seq_ratio_mean"):
+        metrics["seq_ratio_mean"] = s.mean()
+    if metric_wanted("ppo_kl"):
+        metrics["ppo_kl"] = _zero_padded_mean(token_log_ratio, count, negate=True)
+    return loss, metrics
 
 
 @register_policy_loss("vespo")
@@ -536,20 +615,22 @@ def vespo(
         if not (value >= 0 and math.isfinite(value)):
             raise ValueError(f"vespo: {key} must be a finite number >= 0, got {value!r}")
     _positive("vespo", vespo_lambda_pos=vespo_lambda_pos, vespo_lambda_neg=vespo_lambda_neg)
-    maskb, lp, old, adv = _prepare(log_probs, old_log_probs, advantages, mask)
+    maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
     with torch.no_grad():
-        log_ratio = (lp - old).clamp(-20.0, 20.0)
-        log_w = _masked(log_ratio, maskb).sum(dim=1, keepdim=True).clamp(math.log(1e-8), 20.0)
+        log_ratio = (lp.detach() - old).clamp(-20.0, 20.0)  # 0 on the padding: no mask before the sum
+        log_w = log_ratio.sum(dim=1, keepdim=True).clamp(math.log(1e-8), 20.0)
         w = torch.exp(log_w)
-        nonneg = adv >= 0
-        k = torch.where(nonneg, adv.new_tensor(vespo_k_pos), adv.new_tensor(vespo_k_neg))
-        lam = torch.where(nonneg, adv.new_tensor(vespo_lambda_pos), adv.new_tensor(vespo_lambda_neg)).clamp(min=1e-4)
-        phi = torch.exp(lam + k * log_w - lam * w).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
-    loss = -phi * adv * _score(lp)
-    count = maskb.sum()
+        nonneg = flag(torch.ge, adv, 0.0)
+        neg = 1.0 - nonneg
+        # the _pos value where A >= 0, else the _neg one: 1 * x + 0 * y is exact, as torch.where picks
+        k = (nonneg * vespo_k_pos).add_(neg, alpha=vespo_k_neg)
+        lam = (nonneg * vespo_lambda_pos).add_(neg, alpha=vespo_lambda_neg).clamp_(min=1e-4)
+        phi = torch.exp(lam + k * log_w - lam * w).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+        coef = -phi * adv
+    loss = with_derivative(coef, lp, coef)
     metrics: Metrics = {}
     if metric_wanted("phi_mean"):
-        metrics["phi_mean"] = _masked_mean(phi, maskb, count)
+        metrics["phi_mean"] = _mean(phi * m, count)
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = w.mean()
     if metric_wanted("ppo_kl"):

@@ -234,11 +234,18 @@ def build_tiny_task(
     model = build_model(tokenizer, seed)
     if verbose:
         print(f"tiny-task: SFT {sft_steps} steps (lr {sft_lr}, batch {sft_batch_size}) on {n_train} problems", flush=True)
-    loss = supervised_train(
-        model, tokenizer, steps=sft_steps, lr=sft_lr, batch_size=sft_batch_size, seed=seed,
-        max_operand=max_operand, log_every=50 if verbose else 0,
-    )
-    acc = sample_accuracy(model, tokenizer, evaluation, samples=4, temperature=1.0, seed=seed)
+    # One thread: the model's matrices are too small to split, and a second OpenMP thread only spins at
+    # every operator's barrier; on a busy 2-core machine that made this step 10x slower (141 s against 13 s).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        loss = supervised_train(
+            model, tokenizer, steps=sft_steps, lr=sft_lr, batch_size=sft_batch_size, seed=seed,
+            max_operand=max_operand, log_every=50 if verbose else 0,
+        )
+        acc = sample_accuracy(model, tokenizer, evaluation, samples=4, temperature=1.0, seed=seed)
+    finally:
+        torch.set_num_threads(threads)
     model_dir = output / "model"
     model.save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)

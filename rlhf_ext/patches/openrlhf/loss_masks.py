@@ -123,13 +123,13 @@ def token_keep(
     loss_fn, log_probs, old_log_probs, rollout_log_probs, advantages, action_mask
 ) -> Optional["torch.Tensor"]:
     """The bool ``[B, T]`` mask of tokens that keep their policy loss, or None (no knob on)."""
+    pending = getattr(loss_fn, "pending_masks", None)
+    if pending is None:  # no knob on: the common case, every micro-batch
+        return None
     import torch
 
     from rlhf_ext.algorithms import off_policy_sequence_mask, top_entropy_mask, truncated_completion_mask
 
-    pending = getattr(loss_fn, "pending_masks", None)
-    if pending is None:
-        return None
     mask = action_mask.bool()
     keep = mask
     if pending.truncated is not None:
