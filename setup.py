@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The build commands that install the start-up hook (rlhf_ext_startup.py + a .pth at the top of
 # site-packages) behind `--plugin rlhf_ext`, in regular and editable installs. Loaded by path:
 # importing the rlhf_ext package here would need its dependencies at build time.
-STARTUP_HOOK = runpy.run_path(os.path.join(HERE, "rlhf_ext", "patches", "_startup", "install.py"))
+STARTUP_HOOK = runpy.run_path(os.path.join(HERE, "rlhf_ext", "patches", "activation", "site_hook", "install.py"))
 
 OPENRLHF_RUNTIME = [
     "ray[default]==2.55.0",
@@ -72,7 +72,7 @@ setup(
     cmdclass=STARTUP_HOOK["cmdclass"](),
     entry_points={
         # Activates the OpenRLHF plugin inside vLLM's engine/worker processes when RLHF_EXT_PLUGINS is set.
-        "vllm.general_plugins": ["rlhf_ext = rlhf_ext.patches.vllm_plugin:register"],
+        "vllm.general_plugins": ["rlhf_ext = rlhf_ext.patches.activation.vllm_plugin:register"],
         "console_scripts": ["rlhf-ext = rlhf_ext.cli:main", "evalkit = rlhf_ext.evalkit.cli:main"],
         # Third-party reward functions: modules whose @register_reward decorators run on first lookup.
         "rlhf_ext.rewards": [],

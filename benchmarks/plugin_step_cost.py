@@ -215,7 +215,7 @@ class Side:
     def _check_identity(self) -> dict:
         plugin_env = os.environ.get("RLHF_EXT_PLUGINS", "")
         if not self.patched:
-            if plugin_env or "rlhf_ext.patches.startup" in sys.modules:
+            if plugin_env or "rlhf_ext.patches.activation.startup" in sys.modules:
                 raise SideError(f"unpatched side: the plugin was requested (RLHF_EXT_PLUGINS={plugin_env!r})")
             # OpenRLHF imports flash_attn at module level; a GPU box has it, this one gets the import fallback
             from rlhf_ext.patches import flash_attn_fallback

@@ -29,9 +29,9 @@ import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-HOOK_SOURCE = REPO / "rlhf_ext" / "patches" / "_startup" / "rlhf_ext_startup.py"
+HOOK_SOURCE = REPO / "rlhf_ext" / "patches" / "activation" / "site_hook" / "rlhf_ext_startup.py"
 # The exact line setup.py installs (runpy: the installer module is not part of the import path).
-PTH_LINE = __import__("runpy").run_path(str(REPO / "rlhf_ext" / "patches" / "_startup" / "install.py"))["PTH_LINE"]
+PTH_LINE = __import__("runpy").run_path(str(HOOK_SOURCE.parent / "install.py"))["PTH_LINE"]
 
 
 def _base_python() -> str:

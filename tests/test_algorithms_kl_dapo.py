@@ -117,8 +117,12 @@ def test_overlong_penalty_bad_input():
 
 def test_one_kl_clip_rule_for_every_host():
     from rlhf_ext.algorithms import parse_kl_clip
+    from rlhf_ext.patches.mindspeed_rl.config import ConfigError, check_kl
     from rlhf_ext.patches.openrlhf.config import normalize_kl_clip
     from rlhf_ext.patches.verl.names import parse_kl_clip as verl_kl_clip
+
+    def mindspeed_kl_clip(value):  # rl_config.kl_clip; unset (None) keeps MindSpeed-RL's, "none" is ()
+        return check_kl("k3", value)
 
     for off in (None, "none", " NONE ", ["none"]):
         assert parse_kl_clip(off) is None
@@ -131,8 +135,12 @@ def test_one_kl_clip_rule_for_every_host():
     # each host names its own setting, the rule is the same
     for bad, words in (([2, 1], "LO < HI"), (["a", "b"], "two numbers"), ([1, 2, 3], "pair")):
         for parse, name in ((normalize_kl_clip, "--algo.kl.clip"), (verl_kl_clip, "RLHF_EXT_VERL_KL_CLIP"),
-                            (parse_kl_clip, "KL clip")):
+                            (parse_kl_clip, "KL clip"), (mindspeed_kl_clip, "rl_config.kl_clip")):
             value = ",".join(map(str, bad)) if parse is verl_kl_clip else bad
             with pytest.raises(ValueError, match=name) as info:
                 parse(value)
             assert words.lower() in str(info.value).lower()
+    with pytest.raises(ConfigError):  # MindSpeed-RL's config error is a ValueError with the same message
+        mindspeed_kl_clip([2, 1])
+    assert mindspeed_kl_clip(None) is None and mindspeed_kl_clip("none") == mindspeed_kl_clip(["none"]) == ()
+    assert mindspeed_kl_clip(["-1", 2]) == parse_kl_clip(["-1", 2])

@@ -1,4 +1,4 @@
-"""The losses of rlhf_ext.algorithms.policy_losses_ratio: hand-computed cases, invariants, edge cases
+"""The losses of rlhf_ext.algorithms.ratio_losses: hand-computed cases, invariants, edge cases
 (all-equal groups, one token, NaN padding, extreme ratios) and bad input.
 
 Parity with verl 0.9.1 and TRL 1.16 is in tests/verl_env/test_verl_losses_parity.py (run in .venv-verl).

@@ -55,7 +55,7 @@ def test_reward_file_verl_matches_the_module_entrance(capsys):
     assert capsys.readouterr().out.strip() == shown == reward_path.verl_reward_file_path()
     with open(shown) as f:
         assert "compute_score" in f.read()
-    # both entrances offer the same flags (the CLI declares them without importing the rewards package)
+    # both entrances offer the same flags (the tool declares them once, the CLI takes them from it)
     module_parser = argparse.ArgumentParser()
     reward_path.add_arguments(module_parser)
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["reward-file"]
@@ -65,3 +65,33 @@ def test_reward_file_verl_matches_the_module_entrance(capsys):
                       if a.option_strings and a.dest != "help")
 
     assert flags(sub) == flags(module_parser)
+
+
+def test_every_subcommand_is_declared_one_way():
+    """Each subcommand's flags come from its tool's module (``add_arguments``), which also runs it
+    (``run``); the CLI holds only names and help. Building the parser for one command imports that
+    tool alone, so no command pays for another's imports."""
+    import importlib
+    import json
+    import subprocess
+
+    from rlhf_ext.cli import _SUBCOMMANDS
+
+    for name, (module_name, _) in _SUBCOMMANDS.items():
+        if module_name is None:  # smoke forwards everything to its own parser
+            continue
+        module = importlib.import_module(module_name)
+        assert callable(module.add_arguments) and callable(module.run), name
+    code = ("import json, sys; from rlhf_ext.cli import build_parser; build_parser(sys.argv[1]); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rlhf_ext.'))))")
+    loaded = {}
+    for command in ("runs", "queue", "reward-file", ""):
+        out = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        loaded[command] = set(json.loads(out.stdout))
+    tools = {"rlhf_ext.runs_cli", "rlhf_ext.queue.cli", "rlhf_ext.rewards.path", "rlhf_ext.report.cli",
+             "rlhf_ext.data.cli", "rlhf_ext.alignment", "rlhf_ext.tours.tiny_task", "rlhf_ext.rewards.server"}
+    assert loaded["runs"] & tools == {"rlhf_ext.runs_cli"}
+    assert loaded["queue"] & tools == {"rlhf_ext.queue.cli"}
+    assert loaded["reward-file"] & tools == {"rlhf_ext.rewards.path"}
+    assert loaded[""] & tools == set()  # `rlhf-ext --help` lists the commands without importing a tool

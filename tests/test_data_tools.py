@@ -238,7 +238,7 @@ def _choice_sample_dir(tmp_path, shuffle=None):
 
 
 def test_filter_pairs_sft_on_a_choice_task(tmp_path):
-    from rlhf_ext.data.sampled import load_sample_dir
+    from rlhf_ext.data.sample_dirs import load_sample_dir
     from rlhf_ext.rewards import WeightedReward
 
     out, data = _choice_sample_dir(tmp_path)
@@ -259,7 +259,7 @@ def test_filter_pairs_sft_on_a_choice_task(tmp_path):
 
 
 def test_data_tools_refuse_shuffled_options(tmp_path):
-    from rlhf_ext.data.sampled import load_sample_dir
+    from rlhf_ext.data.sample_dirs import load_sample_dir
 
     out, _ = _choice_sample_dir(tmp_path, shuffle=3)
     with pytest.raises(DataToolError, match="--shuffle-options"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlhf_ext.evalkit.records import SampleLog
-from rlhf_ext.evalkit.report import summarize
+from rlhf_ext.evalkit.summary import summarize
 from rlhf_ext.evalkit.runner import problem_seed
 from rlhf_ext.evalkit.tasks import load_task
 from rlhf_ext.evalkit.templates import render_prompt

@@ -8,7 +8,7 @@ import pytest
 
 from rlhf_ext.evalkit.cli import main as evalkit_main
 from rlhf_ext.evalkit.records import RunDirError, SampleLog, write_json_atomic
-from rlhf_ext.evalkit.report import compare_runs, render_compare_markdown, render_markdown, report, summarize
+from rlhf_ext.evalkit.summary import compare_runs, render_compare_markdown, render_markdown, report, summarize
 
 
 def make_config(tasks, n, ids, suite=None, sha="s" * 64):

@@ -123,7 +123,7 @@ def _importers_of(package: str, among: str = "rlhf_ext") -> Dict[str, List[str]]
 def test_the_source_walk_sees_the_package():
     # the checks below are vacuous if the walk finds nothing; these edges exist by design
     assert len(MODULES) > 100
-    assert "rlhf_ext.npu.import_hooks" in GRAPH["rlhf_ext.patches.openrlhf"]
+    assert "rlhf_ext.patching.import_hooks" in GRAPH["rlhf_ext.patches.openrlhf"]
     assert "rlhf_ext.patches.retarget.sites" in GRAPH["rlhf_ext.patches.retarget.inventory"]
     assert "rlhf_ext.tours.smoke" in GRAPH["rlhf_ext.cli"]  # a function-level import
 
@@ -146,6 +146,37 @@ def test_no_two_modules_depend_on_each_other():
 
 def test_npu_never_imports_patches():
     assert _importers_of("rlhf_ext.patches", among="rlhf_ext.npu") == {}
+
+
+HOSTS = ("rlhf_ext.patches.openrlhf", "rlhf_ext.patches.mindspeed_rl", "rlhf_ext.patches.verl")
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_no_host_package_imports_another_hosts(host):
+    """A fourth host is a package beside the others; what two hosts share lives below them
+    (``rlhf_ext.patching``) or in the activation room (the Ray carriage), never in one of them."""
+    for other in HOSTS:
+        if other != host:
+            assert _importers_of(other, among=host) == {}, other
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_hosts_reach_into_activation_only_for_the_ray_carriage(host):
+    """Activation sits above the hosts (it picks which to activate); a host uses only its Ray
+    environment carriage, which imports nothing of rlhf_ext."""
+    reached = {dep for deps in _importers_of("rlhf_ext.patches.activation", among=host).values() for dep in deps}
+    assert reached <= {"rlhf_ext.patches.activation.ray_env"}, reached
+    assert GRAPH["rlhf_ext.patches.activation.ray_env"] == set()
+
+
+def test_the_patching_tools_stand_on_the_ground_floor():
+    """Post-import hooks, the replacement ledger, the patch table and the host release rule import
+    nothing of rlhf_ext outside their own package (the device shims and every host use them)."""
+    modules = [m for m in MODULES if _under(m, "rlhf_ext.patching")]
+    assert {"rlhf_ext.patching.import_hooks", "rlhf_ext.patching.ledger", "rlhf_ext.patching.seams",
+            "rlhf_ext.patching.host"} <= set(modules)  # fmt: skip
+    for module in modules:
+        assert {dep for dep in GRAPH[module] if not _under(dep, "rlhf_ext.patching")} == set(), module
 
 
 @pytest.mark.parametrize("package", ["rlhf_ext.algorithms", "rlhf_ext.rewards"])

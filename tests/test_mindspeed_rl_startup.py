@@ -2,7 +2,7 @@
 
 import os
 
-from rlhf_ext.patches import command_line, startup
+from rlhf_ext.patches.activation import command_line, startup
 
 
 def _checkout(tmp_path):

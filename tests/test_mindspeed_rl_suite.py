@@ -28,7 +28,9 @@ pytestmark = pytest.mark.skipif(
 def mindspeed_env(plugin: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RLHF_EXT_PLUGINS", "PYTEST_"))}
     env.update({
-        "PYTHONPATH": os.pathsep.join([STANDIN, SRC]),
+        # REPO: this checkout's rlhf_ext in every process (Ray workers and the upstream tests run from
+        # SRC would otherwise import whichever rlhf_ext the environment has installed)
+        "PYTHONPATH": os.pathsep.join([STANDIN, SRC, REPO]),
         "RLHF_EXT_MINDSPEED_RL_SRC": SRC,
         "RLHF_EXT_MINDSPEED_SUITE": "1",
         # the snapshot is shared, so nothing may be written into it: compiled modules go to the environment's

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from rlhf_ext import npu
-from rlhf_ext.npu import import_hooks, patching
+from rlhf_ext.patching import import_hooks, ledger
 from rlhf_ext.npu.hccl_env import HCCL_DEFAULTS
 from rlhf_ext.patches.retarget import RetargetError, map_attn_implementation, retarget_backend
 from rlhf_ext.patches.retarget.weight_sync import GlooBroadcaster, retarget_sync_args
@@ -131,17 +131,17 @@ def test_patch_ledger_replace_original_restore():
     target = SimpleNamespace(f=lambda: "orig")
     original = target.f
     try:
-        assert patching.replace(target, "f", lambda: "new") is original
+        assert ledger.replace(target, "f", lambda: "new") is original
         assert target.f() == "new"
-        assert patching.original(target, "f") is original
+        assert ledger.original(target, "f") is original
         # Applying again keeps the first original: a wrapper never wraps a wrapper.
-        assert patching.replace(target, "f", lambda: "newer") is original
-        wrapper = patching.wrap(target, "f", lambda fn: lambda: "wrapped " + fn())
+        assert ledger.replace(target, "f", lambda: "newer") is original
+        wrapper = ledger.wrap(target, "f", lambda fn: lambda: "wrapped " + fn())
         assert wrapper is target.f and target.f() == "newer"
-        patching.replace(target, "added", 1)
-        assert patching.is_replaced(target, "added")
+        ledger.replace(target, "added", 1)
+        assert ledger.is_replaced(target, "added")
     finally:
-        undone = [patching.restore(target, "f"), patching.restore(target, "added"), patching.restore(target, "f")]
+        undone = [ledger.restore(target, "f"), ledger.restore(target, "added"), ledger.restore(target, "f")]
     assert undone == [True, True, False]
     assert target.f is original
     assert not hasattr(target, "added")

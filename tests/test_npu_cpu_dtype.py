@@ -1,5 +1,5 @@
 """The CPU target's training dtype rule (rlhf_ext.npu.cpu_dtype), by hand; the same rule applied to
-OpenRLHF's own loader, DeepSpeed configs and vLLM arguments is in tests/test_npu_cpu_target.py."""
+OpenRLHF's own loader, DeepSpeed configs and vLLM arguments is in tests/test_retarget_cpu_target.py."""
 
 import platform
 import subprocess

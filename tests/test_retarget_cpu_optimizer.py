@@ -1,5 +1,5 @@
 """rlhf_ext.patches.retarget.cpu_optimizer: which DeepSpeed configs get torch's AdamW on the CPU target.
-DeepSpeed building it for OpenRLHF's real config is checked in tests/test_npu_cpu_target.py."""
+DeepSpeed building it for OpenRLHF's real config is checked in tests/test_retarget_cpu_target.py."""
 
 import copy
 

@@ -304,6 +304,23 @@ def test_reward_file_path_and_short_form():
         resolve_remote_url("rlhf_ext:")
 
 
+def test_one_reader_of_the_reward_short_form():
+    """OpenRLHF's --reward.remote_url and MindSpeed-RL's verifier_function read ``rlhf_ext:`` the same way."""
+    from rlhf_ext.patches.mindspeed_rl.config import ConfigError, check_verifiers
+    from rlhf_ext.rewards.path import is_short_form, short_form_spec
+
+    assert short_form_spec("rlhf_ext:accuracy:1.0, format:0.2 ") == "accuracy:1.0, format:0.2"
+    assert short_form_spec("rlhf_ext:") == ""
+    for other in ("rlhf_ext", "acc", "http://rm/rlhf_ext:math", None, 3):
+        assert short_form_spec(other) is None
+    assert is_short_form("rlhf_ext") and is_short_form("rlhf_ext:math") and not is_short_form("acc")
+    assert check_verifiers(["acc", "rlhf_ext:math", "rlhf_ext:accuracy:1.0,format:0.2"], [1, 1, 1]) == [
+        "math", "accuracy:1.0,format:0.2"]
+    for bad in ("rlhf_ext:", "rlhf_ext", "rlhf_ext:acc"):
+        with pytest.raises(ConfigError, match=repr(bad)):
+            check_verifiers([bad], [1])
+
+
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # Ray's own notice about accelerator env vars
 def test_reward_file_inside_a_ray_actor(tokenizer):
     import ray

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.patches.retarget.vllm_cpu_weights import keep_weights_cpu_gemm, patch_cpu_gemm_dispatch
 
 
@@ -117,7 +117,7 @@ def test_patch_only_on_the_cpu_target():
 
         assert dispatch_cpu_unquantized_gemm is keep_weights_cpu_gemm
     finally:
-        patching.restore(layer_utils, "dispatch_cpu_unquantized_gemm")
+        ledger.restore(layer_utils, "dispatch_cpu_unquantized_gemm")
     assert layer_utils.dispatch_cpu_unquantized_gemm is original
 
 

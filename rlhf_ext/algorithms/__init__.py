@@ -28,8 +28,8 @@ from .registry import (
 )
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
 from .advantages import HOST_INPUTS, gdpo, gpg, host_inputs, opo, optimal_token_baseline, passk_best
-from .policy_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
-from .policy_losses_ratio import cispo, clip_cov, dppo_kl, dppo_tv, gmpo, kl_cov, luspo, sapo, vespo
+from .ppo_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
+from .ratio_losses import cispo, clip_cov, dppo_kl, dppo_tv, gmpo, kl_cov, luspo, sapo, vespo
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import abs_kl, k1, k2, k3, k3_bias_corrected, k3_plus, kl_estimate, parse_kl_clip

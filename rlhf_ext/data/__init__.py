@@ -22,7 +22,7 @@ from .filter import filter_prompts
 from .io import DataToolError, read_jsonl, write_jsonl
 from .pairs import build_pairs, pairs_for_group
 from .ranges import AccRange, parse_acc_range
-from .sampled import PromptGroup, SampledRun, load_sample_dir, pass_rate_histogram
+from .sample_dirs import PromptGroup, SampledRun, load_sample_dir, pass_rate_histogram
 from .sft import build_sft
 
 __all__ = [

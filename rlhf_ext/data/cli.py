@@ -133,7 +133,7 @@ def _run_sample(args) -> int:
 
     from rlhf_ext.evalkit.runner import EvalInterrupted
 
-    from .sample import sample
+    from .sampling import sample
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
@@ -159,7 +159,7 @@ def _run_filter(args) -> int:
     from .filter import filter_prompts
     from .io import check_output, write_jsonl
     from .ranges import parse_acc_range
-    from .sampled import load_sample_dir, pass_rate_histogram
+    from .sample_dirs import load_sample_dir, pass_rate_histogram
 
     keep = parse_acc_range(args.keep)
     check_output(args.output, args.force)
@@ -179,7 +179,7 @@ def _run_filter(args) -> int:
 def _run_pairs(args) -> int:
     from .io import check_output, write_jsonl
     from .pairs import build_pairs
-    from .sampled import load_sample_dir
+    from .sample_dirs import load_sample_dir
 
     check_output(args.output, args.force)
     run = load_sample_dir(args.sample_dir)
@@ -197,7 +197,7 @@ def _run_pairs(args) -> int:
 def _run_sft(args) -> int:
     from .io import check_output, write_jsonl
     from .ranges import parse_acc_range
-    from .sampled import load_sample_dir
+    from .sample_dirs import load_sample_dir
     from .sft import build_sft
 
     keep = parse_acc_range(args.keep)
@@ -213,6 +213,13 @@ def _run_sft(args) -> int:
     print("  format: " + ("--data.input_key prompt --data.output_key response" if args.text
                           else "--data.input_key messages --data.apply_chat_template"))
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``rlhf-ext data``'s commands (sample, filter, pairs, sft, clean) and their flags."""
+    sub = parser.add_subparsers(dest="data_command", metavar="COMMAND")
+    sub.required = True
+    add_data_commands(sub)
 
 
 def run(args) -> int:

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import List, Optional, Tuple
 
 from .ranges import AccRange
-from .sampled import SampledRun
+from .sample_dirs import SampledRun
 
 
 def filter_prompts(run: SampledRun, keep: AccRange, *, max_truncated: Optional[float] = None,

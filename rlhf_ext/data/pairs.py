@@ -25,7 +25,7 @@ import random
 from collections import Counter
 from typing import List, Tuple
 
-from .sampled import PromptGroup, SampledRun, prompt_messages
+from .sample_dirs import PromptGroup, SampledRun, prompt_messages
 
 
 def _unique(samples: List[dict]) -> List[dict]:

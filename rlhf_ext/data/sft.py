@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 from .pairs import _tokens, _unique
 from .ranges import AccRange
-from .sampled import SampledRun, prompt_messages
+from .sample_dirs import SampledRun, prompt_messages
 
 
 def build_sft(run: SampledRun, keep: AccRange, *, max_per_prompt: Optional[int] = None,

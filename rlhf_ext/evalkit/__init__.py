@@ -17,7 +17,7 @@ Importing this package is cheap: vLLM, Ray and the grader load only when a run s
 from .metrics import (PairedDifference, bootstrap_ci, bootstrap_indices, cluster_answers, majority_vote,
                       paired_difference, pass_at_k, pass_k_values)
 from .records import RunDirError, SampleLog
-from .report import compare_runs, render_compare_markdown, render_markdown, report, summarize
+from .summary import compare_runs, render_compare_markdown, render_markdown, report, summarize
 from .runner import EvalInterrupted, RunOptions, option_permutation, problem_seed, run_eval
 from .tasks import SUITES, TASKS, DataError, Problem, Task, load_task
 from .templates import TEMPLATES, TemplateError, render_prompt

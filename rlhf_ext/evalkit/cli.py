@@ -249,7 +249,7 @@ def cmd_list(argv: Sequence[str]) -> int:
 
 
 def cmd_report(argv: Sequence[str]) -> int:
-    from .report import render_markdown, report
+    from .summary import render_markdown, report
 
     p = argparse.ArgumentParser(prog="evalkit report", description="Recompute and print the summary of a run "
                                 "directory from its samples (works on unfinished runs too).")
@@ -262,7 +262,7 @@ def cmd_report(argv: Sequence[str]) -> int:
 
 
 def cmd_compare(argv: Sequence[str]) -> int:
-    from .report import compare_runs, render_compare_markdown
+    from .summary import compare_runs, render_compare_markdown
 
     p = argparse.ArgumentParser(
         prog="evalkit compare",

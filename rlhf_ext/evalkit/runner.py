@@ -507,7 +507,7 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
     ``grader``: a started ``MathGrader`` to use (and leave open). The overhead benchmark passes
     both, to time evalkit and bare ``LLM.generate`` on one engine.
     """
-    from .report import render_markdown, summarize
+    from .summary import render_markdown, summarize
     from .voting import AnswerEquivalence
 
     o = run.options

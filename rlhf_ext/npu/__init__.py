@@ -34,7 +34,6 @@ from rlhf_ext.npu.cpu_kv_cache import (
     estimate_kv_cache_bytes,
 )
 from rlhf_ext.npu.hccl_env import ENV_DOCS, HCCL_DEFAULTS, apply_hccl_defaults, hccl_env_defaults
-from rlhf_ext.npu.import_hooks import when_imported
 from rlhf_ext.npu.ray_resources import local_device_ids, ray_actor_resources, retarget_actor_options, retarget_bundle
 
 
@@ -97,5 +96,4 @@ __all__ = [
     "transfer_to_cpu",
     "transfer_to_npu",
     "visible_devices_env",
-    "when_imported",
 ]

@@ -29,7 +29,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.npu.device_mesh import retarget_init_device_mesh
 
 _lock = threading.Lock()
@@ -271,22 +271,22 @@ def transfer_to_cpu() -> None:
 
         _device_constructors()
         for name, behaviour in _CUDA_BEHAVIOUR.items():
-            patching.replace(torch.cuda, name, _host_function(name, behaviour))
-        patching.replace(torch.cuda, "stream", _StreamContext)
+            ledger.replace(torch.cuda, name, _host_function(name, behaviour))
+        ledger.replace(torch.cuda, "stream", _StreamContext)
         for name in DEVICE_ARG_FACTORIES:
             if hasattr(torch, name):
-                patching.wrap(torch, name, _with_cpu_device_kwarg)
+                ledger.wrap(torch, name, _with_cpu_device_kwarg)
         for name in TENSOR_DEVICE_METHODS:
-            patching.wrap(torch.Tensor, name, _with_cpu_device_kwarg)
-        patching.wrap(torch.Tensor, "to", _with_cpu_to_args)
-        patching.wrap(torch.nn.Module, "to", _with_cpu_to_args)
-        patching.replace(torch.Tensor, "cuda", _tensor_cuda)
-        patching.replace(torch.nn.Module, "cuda", _module_cuda)
-        patching.replace(torch.Tensor, "pin_memory", _tensor_pin_memory)
-        patching.wrap(torch, "load", _wrap_torch_load)
+            ledger.wrap(torch.Tensor, name, _with_cpu_device_kwarg)
+        ledger.wrap(torch.Tensor, "to", _with_cpu_to_args)
+        ledger.wrap(torch.nn.Module, "to", _with_cpu_to_args)
+        ledger.replace(torch.Tensor, "cuda", _tensor_cuda)
+        ledger.replace(torch.nn.Module, "cuda", _module_cuda)
+        ledger.replace(torch.Tensor, "pin_memory", _tensor_pin_memory)
+        ledger.wrap(torch, "load", _wrap_torch_load)
         if dist.is_available():
-            patching.wrap(dist, "init_process_group", lambda fn: _with_gloo_backend(fn, 0))
-            patching.wrap(dist, "new_group", lambda fn: _with_gloo_backend(fn, 2))
+            ledger.wrap(dist, "init_process_group", lambda fn: _with_gloo_backend(fn, 0))
+            ledger.wrap(dist, "new_group", lambda fn: _with_gloo_backend(fn, 2))
         retarget_init_device_mesh("cpu")
         _applied = True
 
@@ -309,7 +309,7 @@ def is_applied() -> bool:
 
 
 def _forget_applied() -> None:
-    """Tests only: after :func:`rlhf_ext.npu.patching.restore_all`, allow applying again."""
+    """Tests only: after :func:`rlhf_ext.patching.ledger.restore_all`, allow applying again."""
     global _applied
     _applied = False
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 
 
 def _mesh_device_mapper(device_type: str):
@@ -39,9 +39,9 @@ def retarget_init_device_mesh(device_type: str) -> None:
         return
     import torch.distributed.device_mesh as device_mesh
 
-    wrapper = patching.wrap(device_mesh, "init_device_mesh", _mesh_device_mapper(device_type))
-    if getattr(dist, "init_device_mesh", None) is patching.original(device_mesh, "init_device_mesh"):
-        patching.replace(dist, "init_device_mesh", wrapper)
+    wrapper = ledger.wrap(device_mesh, "init_device_mesh", _mesh_device_mapper(device_type))
+    if getattr(dist, "init_device_mesh", None) is ledger.original(device_mesh, "init_device_mesh"):
+        ledger.replace(dist, "init_device_mesh", wrapper)
 
 
 __all__ = ["retarget_init_device_mesh"]

@@ -25,7 +25,7 @@ import functools
 import threading
 from typing import Optional
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.npu.backend import CANN_SET_ENV_HINT, BackendUnavailableError, detect_backend, import_torch_npu
 from rlhf_ext.npu.device_mesh import retarget_init_device_mesh
 from rlhf_ext.npu.hccl_env import apply_hccl_defaults
@@ -76,7 +76,7 @@ def transfer_to_npu() -> None:
             ) from exc
         import torch
 
-        patching.wrap(torch.cuda, "get_device_capability", _capability_never_none)
+        ledger.wrap(torch.cuda, "get_device_capability", _capability_never_none)
         retarget_init_device_mesh("npu")
         apply_hccl_defaults()
         _npu_applied = True

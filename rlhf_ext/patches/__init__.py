@@ -6,7 +6,8 @@ MindSpeed-RL's glue is :mod:`rlhf_ext.patches.mindspeed_rl` (``--plugin rlhf_ext
 Users add ``--plugin rlhf_ext`` to an OpenRLHF command line (or set ``RLHF_EXT_PLUGINS=rlhf_ext``);
 the start-up hook installed with the package activates the plugin in the driver and, through the
 environment, Ray's ``worker_process_setup_hook`` and vLLM's ``vllm.general_plugins`` entry
-point, in every process the run starts. Code can do the same explicitly::
+point, in every process the run starts (all of it in :mod:`rlhf_ext.patches.activation`). Code can
+do the same explicitly::
 
     from rlhf_ext.patches import activate
     activate(["rlhf_ext"])
@@ -20,7 +21,7 @@ here imports torch, OpenRLHF or Ray until a patched module is imported.
 """
 
 from .flash_attn_fallback import install as install_flash_attn_fallback
-from .plugin import (
+from .activation.plugin import (
     ENV_VAR,
     UnknownPluginError,
     activate,
@@ -37,7 +38,8 @@ def deactivate() -> None:
     """Undo the ``rlhf_ext`` plugin in this process and forget all activations (for tests only)."""
     import os
 
-    from . import mindspeed_rl, openrlhf, plugin
+    from . import mindspeed_rl, openrlhf
+    from .activation import plugin
 
     openrlhf.deactivate()
     mindspeed_rl.deactivate()

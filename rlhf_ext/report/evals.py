@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..evalkit.records import RunDirError, read_json
-from ..evalkit.report import compare_runs
-from ..evalkit.report import report as evalkit_report
+from ..evalkit.summary import compare_runs
+from ..evalkit.summary import report as evalkit_report
 from .runs import RunRecord
 
 _GLOBAL_STEP = re.compile(r"global_step(\d+)")

@@ -154,7 +154,7 @@ def write_synthetic_eval(path, *, model, accuracy: float, problems: int = 40, n_
     with probability ``accuracy`` shifted by the problem's ``difficulty`` (shared between
     evaluations of the same problems, so paired comparisons see correlated scores)."""
     from ..evalkit.records import SampleLog, write_json_atomic
-    from ..evalkit.report import summarize
+    from ..evalkit.summary import summarize
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

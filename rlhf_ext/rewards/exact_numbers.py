@@ -25,7 +25,7 @@ spaces inside, a tuple -- goes to the workers.
 
 How math-verify 0.9 compares two such numbers (``math_verify.grader.sympy_expr_eq`` and
 ``sympy_numeric_eq``, read in the installed package; each rule below is pinned by the property tests
-in ``tests/test_grading_fast_path.py`` against the worker's code and real math-verify):
+in ``tests/test_rewards_fast_path.py`` against the worker's code and real math-verify):
 
 * latex2sympy reads an integer or a fraction of integers as an exact ``Integer`` / ``Rational`` (a
   fraction that divides out, ``\\frac{4}{2}``, is an ``Integer``), a decimal as a ``Float``, and

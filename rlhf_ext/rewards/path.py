@@ -24,9 +24,21 @@ def verl_reward_file_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_reward.py")
 
 
+def short_form_spec(text: Optional[str]) -> Optional[str]:
+    """``"rlhf_ext:SPEC"`` -> ``"SPEC"`` (stripped); None for anything else, the bare ``"rlhf_ext"``
+    included (what that means is the caller's: OpenRLHF's reward file takes it as the default).
+
+    The one reader of the ``rlhf_ext:`` prefix, for every host that takes rewards by name
+    (OpenRLHF's ``--reward.remote_url``, MindSpeed-RL's ``verifier_function`` entries).
+    """
+    if isinstance(text, str) and text.startswith(SHORT_FORM_PREFIX):
+        return text[len(SHORT_FORM_PREFIX):].strip()
+    return None
+
+
 def is_short_form(url: Optional[str]) -> bool:
     """Whether ``url`` is the plugin's short form (``rlhf_ext`` or ``rlhf_ext:<spec>``), not a real URL or path."""
-    return isinstance(url, str) and (url == "rlhf_ext" or url.startswith(SHORT_FORM_PREFIX))
+    return url == "rlhf_ext" or short_form_spec(url) is not None
 
 
 def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
@@ -44,7 +56,7 @@ def resolve_remote_url(url: str) -> Tuple[str, Dict[str, str]]:
         return reward_file_path(), {}
     if not is_short_form(url):
         return url, {}
-    spec = url[len(SHORT_FORM_PREFIX):].strip()
+    spec = short_form_spec(url)
     if not spec:
         raise ValueError(f"{url!r}: name a reward after 'rlhf_ext:', e.g. 'rlhf_ext:math'")
     RewardConfig(reward=spec).validate()
@@ -60,8 +72,7 @@ EPILOG = ('examples:\n'
 
 
 def add_arguments(parser) -> None:
-    """The flags of ``python -m rlhf_ext.rewards.path``; ``rlhf-ext reward-file`` declares the same
-    ones without importing this package (tests/test_cli.py checks they agree)."""
+    """The flags of ``python -m rlhf_ext.rewards.path`` and of ``rlhf-ext reward-file``."""
     parser.add_argument("--verl", action="store_true",
                         help="the verl reward file (its function is compute_score) instead of OpenRLHF's")
 

@@ -203,3 +203,53 @@ def serve(config: RewardConfig, host: str = "127.0.0.1", port: int = 5000, *, ma
         logger.info("rlhf_ext reward server: stopped after %.1fs", time.monotonic() - t0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def add_arguments(parser) -> None:
+    """The flags of ``rlhf-ext reward-server``."""
+    from ..argtypes import port, positive_int, positive_seconds
+
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind; 0.0.0.0 to serve other nodes (default: 127.0.0.1)")
+    parser.add_argument("--port", type=port, default=5000,
+                        help="port to bind; 0 = any free port, printed at start (default: 5000)")
+    parser.add_argument("--workers", type=positive_int, default=None,
+                        help="grader worker processes (default: RLHF_EXT_REWARD_WORKERS, else min(CPUs, 8))")
+    parser.add_argument("--timeout", type=positive_seconds, default=None,
+                        help="hard time limit per sample in seconds (default: RLHF_EXT_REWARD_TIMEOUT, else 5)")
+    parser.add_argument("--reward", default=None,
+                        help="weighted spec like 'accuracy:1.0,format:0.2,truncation:-0.5' or a preset: math, open_r1 "
+                             "(default: RLHF_EXT_REWARD, else math)")
+    parser.add_argument("--max-pending", type=positive_int, default=1024,
+                        help="requests admitted at once; more get 503 + Retry-After (default: 1024)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="log level (default: INFO)")
+
+
+def run(args) -> int:
+    """``rlhf-ext reward-server``: serve until SIGINT/SIGTERM; 2 on a bad setting, 1 when it cannot listen."""
+    import dataclasses
+    import sys
+
+    from .config import reward_config_from_env
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = reward_config_from_env()
+        overrides = {k: v for k, v in (("reward", args.reward), ("timeout", args.timeout),
+                                       ("workers", args.workers)) if v is not None}
+        config = dataclasses.replace(config, **overrides).validate()
+    except ValueError as exc:
+        print(f"rlhf-ext reward-server: error: {exc}", file=sys.stderr)
+        return 2
+
+    def ready(server) -> None:
+        print(f"rlhf-ext reward-server: listening on {server.url} (POST /get_reward, GET /health); "
+              f"reward={config.reward} timeout={config.timeout:g}s", flush=True)
+
+    try:
+        serve(config, args.host, args.port, max_pending=args.max_pending, on_ready=ready)
+    except OSError as exc:
+        print(f"rlhf-ext reward-server: error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -55,7 +55,7 @@ def test_ray_init_carries_the_plugin_into_mindspeed_rl_s_runtime_env(monkeypatch
     import yaml
     from conftest import mindspeed_src
 
-    from rlhf_ext.patches.openrlhf.ray_env import SETUP_HOOK, with_plugin_runtime_env
+    from rlhf_ext.patches.activation.ray_env import SETUP_HOOK, with_plugin_runtime_env
 
     assert getattr(ray.init, "__rlhf_ext_patch__", None)
     with open(os.path.join(mindspeed_src(), "configs", "envs", "runtime_env.yaml"), encoding="utf-8") as f:

@@ -1,4 +1,5 @@
-"""Shared by the scenario scripts in this directory (run as subprocesses by tests/test_npu_*.py).
+"""Shared by the scenario scripts in this directory (run as subprocesses by tests/test_npu_*.py and
+tests/test_retarget_*.py).
 
 Each scenario runs checks in one fresh interpreter -- the device shims patch torch process-wide,
 which must not leak into the pytest process -- and prints one result line that the test parses.

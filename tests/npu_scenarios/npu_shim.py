@@ -12,8 +12,8 @@ from _scenario import Results
 results = Results()
 
 from rlhf_ext import npu  # noqa: E402
-from rlhf_ext.npu import patching  # noqa: E402
-from rlhf_ext.npu.import_hooks import when_imported  # noqa: E402
+from rlhf_ext.patching import ledger  # noqa: E402
+from rlhf_ext.patching.import_hooks import when_imported  # noqa: E402
 
 
 def broken_install():
@@ -102,7 +102,7 @@ def shim():
         "detect_after_shim": npu.detect_backend(),
         "device_module_is_npu": npu.torch_device_module() is torch.npu,
         "same_capability_wrapper": torch.cuda.get_device_capability is capability,
-        "patches": patching.replaced_names(),
+        "patches": ledger.replaced_names(),
         "env": {k: os.environ.get(k) for k in ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "PYTORCH_NPU_ALLOC_CONF",
                                                 "VLLM_WORKER_MULTIPROC_METHOD")},
     }  # fmt: skip

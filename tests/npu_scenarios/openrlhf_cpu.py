@@ -3,7 +3,7 @@
 No stand-in here: the CPU target runs for real -- the CPU device shim, OpenRLHF's DeepSpeed
 strategy setting up gloo and a CPU device mesh, OpenRLHF's Actor loading a tiny model with the
 attention implementation mapped, packed and unpacked forward passes, and a weight broadcast from
-the trainer side to OpenRLHF's vLLM WorkerWrap over gloo. Run by tests/test_npu_cpu_target.py.
+the trainer side to OpenRLHF's vLLM WorkerWrap over gloo. Run by tests/test_retarget_cpu_target.py.
 """
 
 import faulthandler
@@ -324,7 +324,7 @@ def coexistence():
     while init is not None and len(layers) < 5:
         layers.append(getattr(init, "__rlhf_ext_patch__", None) or f"{init.__module__}.{init.__qualname__}")
         if init is weight_sync.actor_ppo_trainer_init:
-            init = weight_sync.patching.original(ppo_actor.ActorPPOTrainer, "__init__")
+            init = weight_sync.ledger.original(ppo_actor.ActorPPOTrainer, "__init__")
         else:
             init = getattr(init, "__wrapped__", None)
     return {"layers": layers, "plugin_patches": applied().get("openrlhf.trainer.ray.ppo_actor", [])}

@@ -1,6 +1,6 @@
 """Scenario: the OpenRLHF retarget applied for NPU, driven through the stand-in torch_npu / vllm-ascend.
 
-Run by tests/test_npu_retarget.py with tests/npu_standin on PYTHONPATH and no RLHF_EXT_DEVICE,
+Run by tests/test_retarget_npu.py with tests/npu_standin on PYTHONPATH and no RLHF_EXT_DEVICE,
 so the backend comes from detection. Every check works on the real installed OpenRLHF classes.
 """
 
@@ -12,7 +12,7 @@ from _scenario import Results, free_port, init_single_process_group, install_fla
 
 results = Results()
 
-from rlhf_ext.npu.import_hooks import when_imported  # noqa: E402
+from rlhf_ext.patching.import_hooks import when_imported  # noqa: E402
 from rlhf_ext.patches.retarget import apply_openrlhf_retarget  # noqa: E402
 
 # A recorder in place of torch's init_device_mesh, installed as soon as that module loads and so
@@ -272,7 +272,7 @@ def coexistence():
     while fn is not None and len(chain) < 5:
         chain.append(getattr(fn, "__rlhf_ext_patch__", None) or f"{fn.__module__}.{fn.__qualname__}")
         fn = getattr(fn, "__wrapped__", None) or (
-            weight_sync.patching.original(ppo_actor.ActorPPOTrainer, "__init__")
+            weight_sync.ledger.original(ppo_actor.ActorPPOTrainer, "__init__")
             if fn is weight_sync.actor_ppo_trainer_init
             else None
         )

@@ -4,7 +4,7 @@ The cluster declares ``resources={"NPU": 3}`` and no GPUs, as an Ascend node doe
 retarget applied (backend detected through the stand-in torch_npu) OpenRLHF's own
 ``RayActorGroup`` must get its placement group and its ``ReferenceModelActor``s scheduled, each
 actor must take its local rank from its NPU id, and OpenRLHF's vLLM actor code must mask devices
-with ASCEND_RT_VISIBLE_DEVICES. Run by tests/test_npu_ray.py.
+with ASCEND_RT_VISIBLE_DEVICES. Run by tests/test_retarget_ray.py.
 """
 
 import os
@@ -15,7 +15,7 @@ from _scenario import Results, install_flash_attn_fallback
 
 results = Results()
 
-from rlhf_ext.npu import patching  # noqa: E402
+from rlhf_ext.patching import ledger  # noqa: E402
 from rlhf_ext.npu.ray_resources import ray_actor_resources  # noqa: E402
 from rlhf_ext.patches.retarget import apply_openrlhf_retarget  # noqa: E402
 
@@ -66,7 +66,7 @@ def helper_request():
 def negative_control():
     """The bundle OpenRLHF asks for, sent to Ray unchanged: no node has a GPU, so it never fits."""
     pg_module = sys.modules["ray.util.placement_group"]
-    original = patching.original(pg_module, "placement_group")
+    original = ledger.original(pg_module, "placement_group")
     pg = original([{"GPU": 1, "CPU": 1}], strategy="PACK")
     try:
         # GPU is a resource no node has: Ray can never place this bundle, so a short wait suffices.
@@ -98,7 +98,7 @@ def probe(actor_self):
 
 
 def rollout_env(actor_self):
-    """The replacement of RolloutRayActor._configure_device_env (tests/test_npu_retarget.py checks it is
+    """The replacement of RolloutRayActor._configure_device_env (tests/test_retarget_npu.py checks it is
     installed on OpenRLHF's class) run in a worker holding one NPU; importing vllm_engine here would
     only add vLLM's import time."""
     from types import SimpleNamespace

@@ -1,6 +1,6 @@
 """Run a scenario script of this directory in a fresh interpreter and return its results dict.
 
-Loaded by tests/test_npu_*.py through importlib (tests/ is not a package).
+Loaded by tests/test_npu_*.py and tests/test_retarget_*.py through importlib (tests/ is not a package).
 """
 
 import json

@@ -25,16 +25,16 @@ The last four carry the engine's log-probs to the actor losses for the rollout c
 (:mod:`.rollout_correction`; they pass through when it is not configured).
 
 MindSpeed-RL's ``cli/train_{grpo,dapo,ppo}.py`` is the driver: ``--plugin rlhf_ext`` is removed
-from its argv before Hydra parses it (:mod:`rlhf_ext.patches.startup`), and a bad ``rl_config``
+from its argv before Hydra parses it (:mod:`rlhf_ext.patches.activation.startup`), and a bad ``rl_config``
 value stops it with exit code 2 and a message naming the key and the valid values, before Ray
 starts. Every other process (Ray workers: the ``train`` task, actor workers, rule rewards, the
 advantage task) applies each patch when it imports the patched module
-(:mod:`rlhf_ext.npu.import_hooks`), since Ray pickles classes and functions by reference.
+(:mod:`rlhf_ext.patching.import_hooks`), since Ray pickles classes and functions by reference.
 """
 
 from __future__ import annotations
 
-from ...npu import import_hooks
+from ...patching import import_hooks
 from . import compat
 from .compat import (
     SUPPORTED_DESCRIPTION,
@@ -254,9 +254,9 @@ def _watch(role: str) -> None:
 
 
 def _patch_ray(module) -> None:
-    from ..openrlhf.ray_env import patch_ray
+    from ..activation.ray_env import patch_ray
 
-    patch_ray(module)
+    patch_ray(module, MindSpeedRLCompatibilityError)
 
 
 def activate(role: str) -> None:
@@ -272,12 +272,12 @@ def activate(role: str) -> None:
 
 def deactivate() -> None:
     """Undo everything :func:`activate` did in this process (tests only)."""
-    from ..openrlhf import ray_env
+    from ..activation.ray_env import undo as undo_ray_env
 
     for name in compat.patch_modules():
         import_hooks.clear(name)
     compat.undo_all()
-    ray_env.undo()
+    undo_ray_env()
 
 
 __all__ = [

@@ -70,7 +70,6 @@ MINDSPEED_VERIFIERS = {
     "math_verify_reward": "math_verify_accuracy_reward",
     "retool_reward": "retool_reward",
 }
-REWARD_PREFIX = "rlhf_ext:"
 POLICY_LOSS_TYPES = ("ppo", "gspo")
 # Registered estimators that whiten token advantages over the batch (REINFORCE++, arXiv 2501.03262).
 WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
@@ -231,35 +230,26 @@ def check_kl(penalty, clip) -> Optional[Tuple[float, float]]:
         raise ConfigError(f"rl_config.kl_penalty={penalty!r} is not a known KL estimator; valid: {_choices(valid)}")
     if clip is None:
         return None
-    if isinstance(clip, str):
-        if clip.strip().lower() == "none":
-            return ()
-        raise ConfigError(f"rl_config.kl_clip must be [lo, hi] or none, got {clip!r}")
+    from rlhf_ext.algorithms.kl import parse_kl_clip  # one rule for every host; torch loads here, not at start-up
+
     try:
-        values = list(clip)
-    except TypeError:
-        raise ConfigError(f"rl_config.kl_clip must be [lo, hi] or none, got {clip!r}") from None
-    if len(values) != 2:
-        raise ConfigError(f"rl_config.kl_clip must be [lo, hi] or none, got {clip!r}")
-    try:
-        lo, hi = float(values[0]), float(values[1])
-    except (TypeError, ValueError):
-        raise ConfigError(f"rl_config.kl_clip must hold two numbers, got {clip!r}") from None
-    if not lo < hi:
-        raise ConfigError(f"rl_config.kl_clip needs lo < hi, got [{lo}, {hi}]")
-    return (lo, hi)
+        parsed = parse_kl_clip(clip, setting="rl_config.kl_clip", form="[lo, hi]")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return () if parsed is None else parsed
 
 
 def check_verifiers(functions, weights) -> List[str]:
     """Every name must be MindSpeed-RL's or ``rlhf_ext:SPEC`` with a valid spec; returns the rlhf_ext specs."""
     from rlhf_ext.rewards import parse_reward_spec
+    from rlhf_ext.rewards.path import SHORT_FORM_PREFIX, short_form_spec
 
     if isinstance(functions, str) or not isinstance(functions, Sequence):
         raise ConfigError(f"rl_config.verifier_function must be a list of names, got {functions!r}")
     specs = []
     for name in functions:
-        if isinstance(name, str) and name.startswith(REWARD_PREFIX):
-            spec = name[len(REWARD_PREFIX):]
+        spec = short_form_spec(name)
+        if spec is not None:
             try:
                 parse_reward_spec(spec)
             except ValueError as exc:  # UnknownRewardError is a ValueError and lists the names
@@ -271,7 +261,7 @@ def check_verifiers(functions, weights) -> List[str]:
             raise ConfigError(
                 f"rl_config.verifier_function entry {name!r} is not a known reward; MindSpeed-RL's: "
                 f"{_choices(MINDSPEED_VERIFIERS)}; rlhf_ext's: "
-                f"{_choices(REWARD_PREFIX + n for n in list(REWARD_PRESETS) + available_rewards())}"
+                f"{_choices(SHORT_FORM_PREFIX + n for n in list(REWARD_PRESETS) + available_rewards())}"
             )
     if weights is not None and len(weights) != len(functions):
         raise ConfigError(

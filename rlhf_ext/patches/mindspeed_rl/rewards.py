@@ -23,7 +23,9 @@ import threading
 from types import SimpleNamespace
 from typing import Dict, List, Tuple
 
-from .config import MINDSPEED_VERIFIERS, REWARD_PREFIX
+from rlhf_ext.rewards.path import short_form_spec
+
+from .config import MINDSPEED_VERIFIERS
 
 _rewards: Dict[Tuple[str, float], object] = {}
 _lock = threading.Lock()
@@ -62,8 +64,7 @@ def make_verifier(original, module):
     def verifier(responses, data, config, **kwargs):
         functions = list(config.verifier_function)
         weights = list(config.verifier_weight)
-        unknown = [f for f in functions if not (isinstance(f, str) and f.startswith(REWARD_PREFIX))
-                   and f not in MINDSPEED_VERIFIERS]
+        unknown = [f for f in functions if short_form_spec(f) is None and f not in MINDSPEED_VERIFIERS]
         if unknown:
             raise ValueError(
                 f"rl_config.verifier_function names unknown reward(s) {', '.join(map(repr, unknown))}; MindSpeed-RL's: "
@@ -72,7 +73,7 @@ def make_verifier(original, module):
         if len(weights) != len(functions):
             raise ValueError(f"rl_config.verifier_weight has {len(weights)} entries for {len(functions)} verifier_function entries")
         builtin = [(f, w) for f, w in zip(functions, weights) if f in MINDSPEED_VERIFIERS]
-        ours = [(f[len(REWARD_PREFIX):], w) for f, w in zip(functions, weights) if f not in MINDSPEED_VERIFIERS]
+        ours = [(short_form_spec(f), w) for f, w in zip(functions, weights) if f not in MINDSPEED_VERIFIERS]
         n = len(data["labels"])
         metrics: Dict = {}
         rewards = [0.0] * n

@@ -51,7 +51,7 @@ where                                          what                             
                                                (:mod:`.dpo_cli`)
 =============================================  ==========================================  ======================
 
-Each module is patched when it is first imported in a process (:mod:`rlhf_ext.npu.import_hooks`),
+Each module is patched when it is first imported in a process (:mod:`rlhf_ext.patching.import_hooks`),
 so processes that never import it (vLLM workers) never load it; the driver checks all of them
 before it parses arguments.
 """
@@ -60,7 +60,7 @@ from __future__ import annotations
 
 # Keep this import light: activation runs at interpreter start-up, before torch is needed; the
 # patch implementations (which import torch) load when their target module is imported.
-from ...npu import import_hooks
+from ...patching import import_hooks
 from .. import flash_attn_fallback
 from . import compat
 from .compat import (
@@ -357,10 +357,21 @@ def _watch_openrlhf_modules(role: str) -> None:
         import_hooks.when_imported(name, hook)
 
 
-def _patch_ray(module, role: str = "") -> None:
-    from .ray_env import before_actor_class, patch_ray
+def _before_ray_init(kwargs: dict) -> dict:
+    from ..retarget import cpu_processes
+    from ..retarget.state import applied_backend
+    from .run_record import start_prepared_record
 
-    patch_ray(module)
+    kwargs = cpu_processes.ray_init_kwargs(kwargs, applied_backend())  # the CPU target: no dashboard
+    start_prepared_record()  # the driver's run record (config.json), once the run really starts
+    return kwargs
+
+
+def _patch_ray(module, role: str = "") -> None:
+    from ..activation.ray_env import before_actor_class, before_ray_init, patch_ray
+
+    patch_ray(module, OpenRLHFCompatibilityError)
+    before_ray_init(_before_ray_init)
     apply = _apply_or_exit if role == "driver" else compat.apply_module
 
     def patch_bases_first(cls) -> None:
@@ -402,13 +413,13 @@ def activate(role: str) -> None:
 
 def deactivate() -> None:
     """Undo everything :func:`activate` did in this process (tests only)."""
-    from . import ray_env
+    from ..activation.ray_env import undo as undo_ray_env
     from .cli import uninstall_argparse_hook
 
     for name in compat.patch_modules() + ["ray"]:
         import_hooks.clear(name)
     compat.undo_all()
-    ray_env.undo()
+    undo_ray_env()
     uninstall_argparse_hook()
     flash_attn_fallback.uninstall()
 

@@ -3,8 +3,8 @@
 rlhf_ext ships an OpenRLHF reward file (``rlhf_ext/rewards/openrlhf_reward.py``, path from
 :func:`rlhf_ext.rewards.path.reward_file_path`) that OpenRLHF loads in each rollout actor through
 ``--reward.remote_url PATH``. It is configured only by environment variables
-(:mod:`rlhf_ext.rewards.config`), which the driver exports before Ray starts (and :mod:`.ray_env`
-forwards to an existing cluster):
+(:mod:`rlhf_ext.rewards.config`), which the driver exports before Ray starts (and
+:mod:`rlhf_ext.patches.activation.ray_env` forwards to an existing cluster):
 
 =====================================  ===============================  ===========================
 flag                                   variable                         meaning

@@ -13,7 +13,7 @@ Two ways to ask for it (docs/rollout_correction.md):
   ``--rlhf_ext.rollout_correction_bypass`` (the PPO ratio is taken against the rollout
   log-probs, which become the behaviour policy; the weights use the current ``log pi``). These
   work for every loss: OpenRLHF's ``ppo`` / ``gspo`` then run as rlhf_ext's functions of the same
-  name (the same formulas; tests/test_plugin_openrlhf_losses.py).
+  name (the same formulas; tests/test_openrlhf_losses.py).
 
 Both need vLLM's log-probs of the sampled tokens: OpenRLHF requests them for its own flags, and
 rlhf_ext's flags switch on ``--rlhf_ext.mismatch_metrics``, whose seams request them

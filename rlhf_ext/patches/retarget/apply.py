@@ -1,7 +1,7 @@
 """Apply the OpenRLHF device retarget in this process: the one entry point the plugin calls.
 
 Nothing is imported here up front. The device shim is attached to ``import torch`` and each
-OpenRLHF/Ray patch to the import of the module it patches (:mod:`rlhf_ext.npu.import_hooks`), so
+OpenRLHF/Ray patch to the import of the module it patches (:mod:`rlhf_ext.patching.import_hooks`), so
 calling :func:`apply_openrlhf_retarget` at interpreter start-up costs almost nothing, and a module
 is patched before any other code can use it. Modules imported before the call are patched at once.
 """
@@ -14,7 +14,7 @@ import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 from rlhf_ext.npu.backend import BACKENDS, ENV_DEVICE
-from rlhf_ext.npu.import_hooks import when_imported
+from rlhf_ext.patching.import_hooks import when_imported
 from rlhf_ext.patches.retarget import cpu_dtype, cpu_processes, models, ray_placement, strategy, vllm_cpu_weights, weight_sync
 from rlhf_ext.patches.retarget.guard import RetargetError, warn_if_untested_version
 from rlhf_ext.patches.retarget.state import _lock, _set_applied, applied_backend, retarget_backend

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import logging
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.npu.cpu_dtype import ENV_CPU_DTYPE, cpu_train_dtype
 from rlhf_ext.patches.retarget.cpu_optimizer import with_torch_adam
 from rlhf_ext.patches.retarget.guard import require
@@ -54,13 +54,13 @@ def convert_to_torch_dtype(param_dtype: str):
 
     if train_dtype(param_dtype) == "fp32":
         return torch.float32
-    return patching.original(utils_module, "convert_to_torch_dtype")(param_dtype)
+    return ledger.original(utils_module, "convert_to_torch_dtype")(param_dtype)
 
 
 def _with_cpu_dtype(name: str, args: tuple, kwargs: dict):
     import openrlhf.utils.deepspeed.deepspeed as strategy_module
 
-    original = patching.original(strategy_module, name)
+    original = ledger.original(strategy_module, name)
     bound = inspect.signature(original).bind(*args, **kwargs)
     bound.apply_defaults()
     bound.arguments["param_dtype"] = train_dtype(bound.arguments["param_dtype"])
@@ -90,7 +90,7 @@ def patch_utils(module, backend: str) -> None:
     if backend != "cpu":
         return
     require(module, "convert_to_torch_dtype", "CPU training dtype", params=["param_dtype"])
-    patching.replace_function(module, "convert_to_torch_dtype", convert_to_torch_dtype)
+    ledger.replace_function(module, "convert_to_torch_dtype", convert_to_torch_dtype)
 
 
 def patch_ds_configs(module, backend: str) -> None:
@@ -99,7 +99,7 @@ def patch_ds_configs(module, backend: str) -> None:
         return
     for name, replacement in (("get_train_ds_config", get_train_ds_config), ("get_eval_ds_config", get_eval_ds_config)):
         require(module, name, "CPU training dtype", params=["param_dtype"])
-        patching.replace_function(module, name, replacement)
+        ledger.replace_function(module, name, replacement)
 
 
 __all__ = [

@@ -8,10 +8,11 @@ nothing at all.
 
 from __future__ import annotations
 
-import importlib.metadata
 import inspect
 import logging
 from typing import Any, Iterable, Optional
+
+from rlhf_ext.patching.host import distribution_version
 
 logger = logging.getLogger("rlhf_ext.retarget")
 
@@ -25,10 +26,7 @@ class RetargetError(RuntimeError):
 
 
 def openrlhf_version() -> str:
-    try:
-        return importlib.metadata.version("openrlhf")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (openrlhf not installed as a distribution)"
+    return distribution_version("openrlhf") or "unknown (openrlhf not installed as a distribution)"
 
 
 def warn_if_untested_version() -> None:

@@ -29,7 +29,7 @@ import inspect
 import os
 from typing import Optional
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.patches.retarget.guard import require
 from rlhf_ext.patches.retarget.state import current_backend
 
@@ -72,25 +72,25 @@ def actor_init(self, *args, **kwargs):
     """``openrlhf.models.Actor.__init__`` loading the model with :func:`map_attn_implementation`."""
     from openrlhf.models.actor import Actor
 
-    return _call_with_mapped_attn(patching.original(Actor, "__init__"), (self,) + args, kwargs)
+    return _call_with_mapped_attn(ledger.original(Actor, "__init__"), (self,) + args, kwargs)
 
 
 def get_llm_for_sequence_regression(*args, **kwargs):
     """``openrlhf.models.get_llm_for_sequence_regression`` with :func:`map_attn_implementation`."""
     import openrlhf.models.model as model_module
 
-    return _call_with_mapped_attn(patching.original(model_module, "get_llm_for_sequence_regression"), args, kwargs)
+    return _call_with_mapped_attn(ledger.original(model_module, "get_llm_for_sequence_regression"), args, kwargs)
 
 
 def patch_actor(module, backend: str) -> None:
     require(module, "Actor.__init__", "attention implementation", params=["pretrain_or_model", "attn_implementation"])
-    patching.replace_function(module.Actor, "__init__", actor_init)
+    ledger.replace_function(module.Actor, "__init__", actor_init)
     unwrap_compiled(module)
 
 
 def patch_model(module, backend: str) -> None:
     require(module, "get_llm_for_sequence_regression", "attention implementation", params=["attn_implementation"])
-    patching.replace_function(module, "get_llm_for_sequence_regression", get_llm_for_sequence_regression)
+    ledger.replace_function(module, "get_llm_for_sequence_regression", get_llm_for_sequence_regression)
 
 
 def patch_regression_importer(module, backend: str) -> None:
@@ -98,10 +98,10 @@ def patch_regression_importer(module, backend: str) -> None:
     import openrlhf.models.model as model_module
 
     current = require(module, "get_llm_for_sequence_regression", f"attention implementation in {module.__name__}")
-    if current is not get_llm_for_sequence_regression and current is patching.original(
+    if current is not get_llm_for_sequence_regression and current is ledger.original(
         model_module, "get_llm_for_sequence_regression"
     ):
-        patching.replace_function(module, "get_llm_for_sequence_regression", get_llm_for_sequence_regression)
+        ledger.replace_function(module, "get_llm_for_sequence_regression", get_llm_for_sequence_regression)
 
 
 def unwrap_compiled(module) -> list:
@@ -110,7 +110,7 @@ def unwrap_compiled(module) -> list:
     for name, value in list(vars(module).items()):
         eager = getattr(value, "_torchdynamo_orig_callable", None)
         if callable(eager) and not isinstance(value, type):
-            patching.replace(module, name, eager)
+            ledger.replace(module, name, eager)
             unwrapped.append(name)
     return unwrapped
 

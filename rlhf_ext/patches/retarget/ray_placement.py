@@ -24,7 +24,7 @@ import sys
 import types
 from typing import Any
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.npu.backend import ray_noset_visible_devices_env, visible_devices_env
 from rlhf_ext.npu.ray_resources import local_device_ids, retarget_actor_options, retarget_bundle
 from rlhf_ext.patches.retarget import vllm_memory
@@ -38,7 +38,7 @@ def placement_group(bundles, *args, **kwargs):
     backend's resource (``"NPU"``; dropped on CPU)."""
     backend = current_backend()
     bundles = [retarget_bundle(bundle, backend) for bundle in bundles]
-    return patching.original(_placement_group_module(), "placement_group")(bundles, *args, **kwargs)
+    return ledger.original(_placement_group_module(), "placement_group")(bundles, *args, **kwargs)
 
 
 def _placement_group_module():
@@ -51,18 +51,18 @@ def _placement_group_module():
 
 def patch_ray_placement_group(module, backend: str) -> None:
     require(module, "placement_group", "ray placement-group bundles", params=["bundles"])
-    original = patching.original(module, "placement_group")
-    patching.replace_function(module, "placement_group", placement_group)
+    original = ledger.original(module, "placement_group")
+    ledger.replace_function(module, "placement_group", placement_group)
     package = sys.modules.get("ray.util")
     if package is not None and getattr(package, "placement_group", None) is original:
-        patching.replace_function(package, "placement_group", placement_group)
+        ledger.replace_function(package, "placement_group", placement_group)
 
 
 def patch_placement_group_importer(module, backend: str) -> None:
     """An OpenRLHF module that did ``from ray.util.placement_group import placement_group``."""
     current = require(module, "placement_group", f"placement-group bundles in {module.__name__}")
-    if current is not placement_group and current is patching.original(_placement_group_module(), "placement_group"):
-        patching.replace_function(module, "placement_group", placement_group)
+    if current is not placement_group and current is ledger.original(_placement_group_module(), "placement_group"):
+        ledger.replace_function(module, "placement_group", placement_group)
 
 
 # ---------------------------------------------------------------- actor resource requests
@@ -78,12 +78,12 @@ def actor_class_remote(self, args=None, kwargs=None, **actor_options):
 
     if _is_openrlhf_actor(self):
         actor_options = retarget_actor_options(actor_options, current_backend())
-    return patching.original(ray.actor.ActorClass, "_remote")(self, args=args, kwargs=kwargs, **actor_options)
+    return ledger.original(ray.actor.ActorClass, "_remote")(self, args=args, kwargs=kwargs, **actor_options)
 
 
 def patch_ray_actor_class(module, backend: str) -> None:
     require(module, "ActorClass._remote", "Ray actor resources", params=["args", "kwargs"])
-    patching.replace_function(module.ActorClass, "_remote", actor_class_remote)
+    ledger.replace_function(module.ActorClass, "_remote", actor_class_remote)
 
 
 # ---------------------------------------------------------------- LOCAL_RANK in launcher
@@ -121,7 +121,7 @@ def patch_launcher(module, backend: str) -> None:
             params=["world_size", "rank", "master_addr", "master_port"])  # fmt: skip
     ray_module = require(module, "ray", "LOCAL_RANK from Ray accelerator ids")
     if not isinstance(ray_module, RayWithBackendDeviceIds):
-        patching.replace(module, "ray", RayWithBackendDeviceIds(ray_module))
+        ledger.replace(module, "ray", RayWithBackendDeviceIds(ray_module))
 
 
 # ---------------------------------------------------------------- vLLM actor visible devices
@@ -161,8 +161,8 @@ def patch_vllm_engine(module, backend: str) -> None:
     )
     for owner in ray_actor_method_owners(actor_class, "vLLM actor visible devices"):
         # Ray copies this class to the actor's process by value: the backend chosen here travels with it.
-        patching.replace(owner, "_rlhf_ext_backend", backend)
-        patching.replace_function(owner, "_configure_device_env", configure_rollout_device_env)
+        ledger.replace(owner, "_rlhf_ext_backend", backend)
+        ledger.replace_function(owner, "_configure_device_env", configure_rollout_device_env)
         if backend == "cpu":
             _size_cpu_kv_cache(owner)
     patch_placement_group_importer(module, backend)
@@ -173,8 +173,8 @@ def _size_cpu_kv_cache(owner: type) -> None:
     init = require(owner, "__init__", "vLLM CPU KV-cache size")
     if init is vllm_memory.rollout_actor_init:
         return
-    patching.replace(owner, vllm_memory.ORIGINAL_INIT, init)
-    patching.replace_function(owner, "__init__", vllm_memory.rollout_actor_init)
+    ledger.replace(owner, vllm_memory.ORIGINAL_INIT, init)
+    ledger.replace_function(owner, "__init__", vllm_memory.rollout_actor_init)
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Every CUDA-specific site of OpenRLHF 0.11.2 and what the NPU/CPU retarget does about it.
 
 Checked against the installed OpenRLHF by :func:`rlhf_ext.patches.retarget.inventory.check_inventory`
-(and by tests/test_npu_inventory.py): a site that appears, disappears or moves to a line these
+(and by tests/test_retarget_inventory.py): a site that appears, disappears or moves to a line these
 entries do not describe fails that check. ``torch.cuda.<name>(...)`` calls are accounted for as a
 class: both device shims must answer for ``<name>`` (see :func:`covered_torch_cuda_names`).
 

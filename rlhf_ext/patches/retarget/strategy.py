@@ -13,7 +13,7 @@ which the device shims route (``rlhf_ext.npu``); DeepSpeed itself picks its NPU 
 
 from __future__ import annotations
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.npu.backend import device_name
 from rlhf_ext.patches.retarget.guard import RetargetError, require
 from rlhf_ext.patches.retarget.state import current_backend
@@ -40,15 +40,15 @@ def setup_ring_attn(self, ds_device_mesh):
             f"kernels; it is not available on {backend.upper()}. Use --ds.ring_attn_size 1 (sequence packing with "
             "--ds.packing_samples still works)."
         )
-    return patching.original(DeepspeedStrategy, "setup_ring_attn")(self, ds_device_mesh)
+    return ledger.original(DeepspeedStrategy, "setup_ring_attn")(self, ds_device_mesh)
 
 
 def patch_deepspeed_strategy(module, backend: str) -> None:
     require(module, "init_device_mesh", "device mesh type")
     require(module, "DeepspeedStrategy.setup_distributed", "device mesh type")
     require(module, "DeepspeedStrategy.setup_ring_attn", "ring attention guard", params=["ds_device_mesh"])
-    patching.replace_function(module, "init_device_mesh", init_device_mesh)
-    patching.replace_function(module.DeepspeedStrategy, "setup_ring_attn", setup_ring_attn)
+    ledger.replace_function(module, "init_device_mesh", init_device_mesh)
+    ledger.replace_function(module.DeepspeedStrategy, "setup_ring_attn", setup_ring_attn)
 
 
 __all__ = ["init_device_mesh", "patch_deepspeed_strategy", "setup_ring_attn"]

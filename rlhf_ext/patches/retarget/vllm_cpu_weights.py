@@ -15,7 +15,7 @@ the next rollout uses. Other layers (MoE experts, convolutions, meta weights) ke
 
 from __future__ import annotations
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.patches.retarget.guard import require
 
 
@@ -31,7 +31,7 @@ def keep_weights_cpu_gemm(layer, remove_weight: bool) -> None:
     if weight is None or weight.is_meta or weight.ndim != 2:
         import vllm.model_executor.layers.utils as layer_utils
 
-        return patching.original(layer_utils, "dispatch_cpu_unquantized_gemm")(layer, remove_weight)
+        return ledger.original(layer_utils, "dispatch_cpu_unquantized_gemm")(layer, remove_weight)
     layer.cpu_linear = plain_linear
     return None
 
@@ -41,7 +41,7 @@ def patch_cpu_gemm_dispatch(module, backend: str) -> None:
         return
     require(module, "dispatch_cpu_unquantized_gemm", "vLLM CPU weights stay updatable",
             params=["layer", "remove_weight"])  # fmt: skip
-    patching.replace_function(module, "dispatch_cpu_unquantized_gemm", keep_weights_cpu_gemm)
+    ledger.replace_function(module, "dispatch_cpu_unquantized_gemm", keep_weights_cpu_gemm)
 
 
 __all__ = ["keep_weights_cpu_gemm", "patch_cpu_gemm_dispatch", "plain_linear"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 from datetime import timedelta
 
-from rlhf_ext.npu import patching
+from rlhf_ext.patching import ledger
 from rlhf_ext.npu.backend import CANN_SET_ENV_HINT, comm_backend
 from rlhf_ext.patches.retarget.guard import RetargetError, require
 from rlhf_ext.patches.retarget.rendezvous import peers_checked_by, ray_actors_alive_check, rendezvous, sync_timeout
@@ -102,7 +102,7 @@ def stateless_init_process_group(master_address, master_port, rank, world_size, 
         return _gloo_group(master_address, master_port, rank, world_size)
     import openrlhf.utils.distributed_util as distributed_util
 
-    return patching.original(distributed_util, "stateless_init_process_group")(
+    return ledger.original(distributed_util, "stateless_init_process_group")(
         master_address, master_port, rank, world_size, device
     )
 
@@ -127,7 +127,7 @@ def actor_ppo_trainer_init(self, strategy, *args, **kwargs):
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
     retarget_sync_args(strategy.args, current_backend())
-    init = patching.original(ActorPPOTrainer, "__init__")
+    init = ledger.original(ActorPPOTrainer, "__init__")
     engines = inspect.signature(init).bind_partial(self, strategy, *args, **kwargs).arguments.get("vllm_engines")
     # The sync group is formed inside __init__: let its rendezvous notice an engine that died.
     with peers_checked_by(ray_actors_alive_check(engines) if engines else None):
@@ -137,18 +137,18 @@ def actor_ppo_trainer_init(self, strategy, *args, **kwargs):
 def patch_distributed_util(module, backend: str) -> None:
     require(module, "stateless_init_process_group", "vLLM weight-sync group",
             params=["master_address", "master_port", "rank", "world_size", "device"])  # fmt: skip
-    patching.replace_function(module, "stateless_init_process_group", stateless_init_process_group)
+    ledger.replace_function(module, "stateless_init_process_group", stateless_init_process_group)
 
 
 def patch_ppo_actor(module, backend: str) -> None:
     import openrlhf.utils.distributed_util as distributed_util
 
     current = require(module, "stateless_init_process_group", "vLLM weight-sync group")
-    if current is patching.original(distributed_util, "stateless_init_process_group"):
-        patching.replace_function(module, "stateless_init_process_group", stateless_init_process_group)
+    if current is ledger.original(distributed_util, "stateless_init_process_group"):
+        ledger.replace_function(module, "stateless_init_process_group", stateless_init_process_group)
     require(module, "ActorPPOTrainer.__init__", "vLLM sync backend", params=["strategy", "vllm_engines"])
     require(module, "ActorPPOTrainer._init_vllm_sync_group", "vLLM sync backend", params=["backend"])
-    patching.replace_function(module.ActorPPOTrainer, "__init__", actor_ppo_trainer_init)
+    ledger.replace_function(module.ActorPPOTrainer, "__init__", actor_ppo_trainer_init)
 
 
 __all__ = [

@@ -44,8 +44,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from ...npu import import_hooks
-from ..seams import Requirement, requirement_problems, version_allowed
+from ...patching import import_hooks
+from ...patching.host import HostRelease
+from ...patching.seams import Requirement, requirement_problems
 from .names import (
     ALLOW_UNSUPPORTED_ENV,
     KL_CLIP_ENV,
@@ -94,25 +95,13 @@ _registered = {"advantages": [], "policy_losses": [], "skipped": []}
 _kl_original = []  # [(module, original)] when the KL seam is patched
 
 
-def verl_version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("verl")
-    except metadata.PackageNotFoundError:
-        return "unknown (no 'verl' distribution metadata)"
-
-
-def check_version(version: str = None) -> str:
-    """Raise unless verl is a supported release (``RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1`` overrides;
-    the seam checks still run then)."""
-    version = verl_version() if version is None else version
-    if version_allowed(version, SUPPORTED_SERIES, ALLOW_UNSUPPORTED_ENV):
-        return version
-    raise VerlCompatibilityError(
-        f"rlhf_ext supports verl {SUPPORTED_DESCRIPTION}, but verl {version} is installed; install "
-        f"verl==0.9.1, or set {ALLOW_UNSUPPORTED_ENV}=1 to try anyway (the seam checks still run)"
-    )
+RELEASE = HostRelease("verl", SUPPORTED_SERIES, SUPPORTED_DESCRIPTION, ALLOW_UNSUPPORTED_ENV, VerlCompatibilityError,
+                      distribution="verl", install_hint="install verl==0.9.1",
+                      still_checked="the seam checks still run")
+# verl_version(): the installed version, from its distribution metadata (read once per process).
+# check_version(): raise unless verl is a supported release (RLHF_EXT_ALLOW_UNSUPPORTED_VERL=1
+# overrides; the seam checks still run then).
+verl_version, check_version = RELEASE.version, RELEASE.check
 
 
 def _problems(module, seams) -> list:

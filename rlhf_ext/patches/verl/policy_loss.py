@@ -8,13 +8,13 @@ expecting ``(scalar loss, {metric: float})``. This adapter:
 1. maps verl's actor settings onto the loss's own options, for the options the loss has:
    ``clip_ratio_low`` / ``clip_ratio_high`` (falling back to ``clip_ratio``) -> ``eps_low`` /
    ``eps_high``, ``clip_ratio_c`` -> ``dual_clip``; the losses whose options carry verl's own
-   names (:mod:`rlhf_ext.algorithms.policy_losses_ratio`) get them under those names:
+   names (:mod:`rlhf_ext.algorithms.ratio_losses`) get them under those names:
    ``clip_ratio_low`` / ``clip_ratio_high`` / ``clip_ratio_c`` / ``tau_pos`` / ``tau_neg`` from
    the actor config, ``clip_cov_ratio`` / ``clip_cov_lb`` / ``clip_cov_ub`` / ``kl_cov_ratio`` /
    ``ppo_kl_coef`` from ``actor.policy_loss`` (options verl has no key for, e.g. VESPO's
    ``vespo_k_pos``, keep their defaults);
 2. computes the per-token loss with the rlhf_ext function (formulas and papers in
-   :mod:`rlhf_ext.algorithms.policy_losses`) on the rows that have tokens (verl's rollout-correction
+   :mod:`rlhf_ext.algorithms.ppo_losses`) on the rows that have tokens (verl's rollout-correction
    rejection empties whole rows of ``response_mask``; they contribute zero), multiplied by verl's
    rollout-correction weights when given, as verl's own losses do;
 3. reduces it with verl's own ``agg_loss`` and the actor's ``global_batch_info`` (data-parallel

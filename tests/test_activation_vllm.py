@@ -9,12 +9,12 @@ from importlib import metadata
 
 def test_entry_point_is_declared():
     eps = {ep.name: ep.value for ep in metadata.entry_points(group="vllm.general_plugins")}
-    assert eps.get("rlhf_ext") == "rlhf_ext.patches.vllm_plugin:register"
+    assert eps.get("rlhf_ext") == "rlhf_ext.patches.activation.vllm_plugin:register"
 
 
 def test_register_is_a_no_op_without_the_variable(monkeypatch):
     from rlhf_ext.patches import is_active
-    from rlhf_ext.patches.vllm_plugin import register
+    from rlhf_ext.patches.activation.vllm_plugin import register
 
     monkeypatch.delenv("RLHF_EXT_PLUGINS", raising=False)
     register()

@@ -1,7 +1,7 @@
 """Which framework's command line this interpreter runs: OpenRLHF's, MindSpeed-RL's, or neither.
 
-Start-up (:mod:`rlhf_ext.patches.startup`) honours ``--plugin`` only on these command lines, and
-activation (:mod:`rlhf_ext.patches.plugin`) calls such a process the run's driver. Both read the
+Start-up (:mod:`.startup`) honours ``--plugin`` only on these command lines, and
+activation (:mod:`.plugin`) calls such a process the run's driver. Both read the
 interpreter's own argv; nothing here imports a framework.
 """
 

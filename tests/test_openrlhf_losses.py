@@ -255,7 +255,7 @@ def test_real_training_step_logs_clip_fractions_and_clipped_kl_loss(actor_module
     assert trainer.actor.theta.grad is not None
 
 
-# ---- the losses named with verl's keys (rlhf_ext.algorithms.policy_losses_ratio) --------------
+# ---- the losses named with verl's keys (rlhf_ext.algorithms.ratio_losses) --------------
 
 RATIO_LOSSES = {
     # name: (options from --actor.policy_loss_option, the options the flags give)

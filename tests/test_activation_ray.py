@@ -18,7 +18,7 @@ import ray
 import torch
 
 from rlhf_ext.algorithms import grpo, kl_estimate
-from rlhf_ext.patches.openrlhf.ray_env import SETUP_HOOK, with_plugin_runtime_env
+from rlhf_ext.patches.activation.ray_env import SETUP_HOOK, with_plugin_runtime_env
 
 
 @pytest.fixture(scope="module")

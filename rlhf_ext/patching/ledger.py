@@ -1,5 +1,5 @@
-"""A record of every attribute rlhf_ext's device shims replace, so each patch is applied once,
-its original stays reachable, and tests can undo all of them.
+"""The replacement ledger: a record of every attribute rlhf_ext's device shims and retarget patches
+replace, so each patch is applied once, its original stays reachable, and tests can undo all of them.
 
 Replacements installed here are often plain module-level functions that fetch the original
 through :func:`original` at call time: such a function pickles by reference, so it keeps working

@@ -3,7 +3,7 @@ stop-gradient IS weight), SAPO (soft sigmoid gate), GMPO (geometric mean of toke
 Clip-Cov / KL-Cov (covariance-selected tokens), DPPO (trust region on the probability, TV or
 binary KL), LUSPO (length-scaled GSPO) and VESPO (Gamma-shaped sequence weight).
 
-Same convention as :mod:`.policy_losses`: ``fn(log_probs, old_log_probs, advantages, mask,
+Same convention as :mod:`.ppo_losses`: ``fn(log_probs, old_log_probs, advantages, mask,
 **options) -> (per_token_loss[B, T], metrics)``, reduced separately by
 :func:`rlhf_ext.algorithms.aggregate_loss`. Options are named after verl 0.9.1's actor config keys
 (``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``, ``tau_pos``, ``tau_neg``, and
@@ -38,7 +38,7 @@ from .checks import check_token_inputs_finite
 from .float_flags import flag, float_mask
 from .linearised import with_derivative
 from .metric_requests import metric_wanted
-from .policy_losses import _check_clip, _zero_padded_mean
+from .ppo_losses import _check_clip, _zero_padded_mean
 from .registry import register_policy_loss
 
 Metrics = Dict[str, torch.Tensor]
@@ -233,7 +233,7 @@ def gmpo(
     GRPO's arithmetic mean. Clip bounds are log-ratios: the paper's ``(e^-0.4, e^0.4)`` is
     ``clip_ratio_low = clip_ratio_high = 0.4``.
 
-    Token form (as :func:`.policy_losses.gspo`): every token carries
+    Token form (as :func:`.ppo_losses.gspo`): every token carries
     ``-A_i exp(sg(mean l) + l_t - sg(l_t))``, whose value is ``L_i``; reduced with
     ``seq-mean-token-mean`` the value and gradient are the sequence objective's (verl's
     ``compute_policy_loss_geo_mean``, which ignores the mode and averages over sequences). Other
@@ -547,7 +547,7 @@ def luspo(
     """LUSPO: length-unbiased sequence policy optimisation (arXiv 2602.05261; TRL 1.16
     ``loss_type="luspo"``).
 
-    GSPO (:func:`.policy_losses.gspo`, sequence ratio ``s_i``, clip ``clip_ratio_low`` /
+    GSPO (:func:`.ppo_losses.gspo`, sequence ratio ``s_i``, clip ``clip_ratio_low`` /
     ``clip_ratio_high``) with each sequence's loss multiplied by its length ``|y_i|``: GSPO's
     per-sequence mean gives a long answer's tokens less weight each, a bias against long
     correct answers that the scaling removes. The per-token loss is ``|y_i|`` times GSPO's, so

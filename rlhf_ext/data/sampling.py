@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .io import DataToolError
-from .sampled import load_sample_dir, pass_rate_histogram
+from .sample_dirs import load_sample_dir, pass_rate_histogram
 
 PROMPTS_FILE = "prompts.jsonl"
 

@@ -7,7 +7,7 @@ and lose to one wrong answer; ties still split the credit; abstentions still abs
 import pytest
 
 from rlhf_ext.evalkit import AnswerEquivalence, cluster_answers, majority_vote
-from rlhf_ext.evalkit.report import summarize
+from rlhf_ext.evalkit.summary import summarize
 from rlhf_ext.rewards import MathGrader, extract_answer
 
 

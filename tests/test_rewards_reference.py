@@ -376,7 +376,7 @@ def test_evalkit_refuses_to_mix_grading_modes(tmp_path):
 
 
 def test_summary_says_how_answers_were_found():
-    from rlhf_ext.evalkit.report import render_markdown, summarize
+    from rlhf_ext.evalkit.summary import render_markdown, summarize
 
     config = {"suite": "t", "tasks": ["t"], "n_samples": 1, "datasets": {"t": {"problem_ids": ["p"]}},
               "generation": {"model": "m", "template": "r1", "temperature": 0.6, "top_p": 0.95,
@@ -410,7 +410,7 @@ def test_data_sample_flag():
 def test_compare_notes_runs_graded_two_ways(tmp_path):
     import json
 
-    from rlhf_ext.evalkit.report import compare_runs, render_compare_markdown
+    from rlhf_ext.evalkit.summary import compare_runs, render_compare_markdown
 
     def run(path, require_anchor):
         path.mkdir()

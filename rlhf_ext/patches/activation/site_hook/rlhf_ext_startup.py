@@ -1,8 +1,8 @@
 """rlhf_ext start-up hook, imported by ``rlhf_ext_startup.pth`` when a plugin may be requested.
 
-Installed as a top-level module by rlhf_ext's setup.py (source: rlhf_ext/patches/_startup/). The
+Installed as a top-level module by rlhf_ext's setup.py (source: rlhf_ext/patches/activation/site_hook/). The
 .pth line imports it only when ``RLHF_EXT_PLUGINS`` is set or ``--plugin`` appears somewhere in
-``sys.argv``; this module checks precisely and hands over to :mod:`rlhf_ext.patches.startup`.
+``sys.argv``; this module checks precisely and hands over to :mod:`rlhf_ext.patches.activation.startup`.
 """
 
 import os
@@ -19,6 +19,6 @@ def _requested():
 
 
 if _requested():
-    from rlhf_ext.patches.startup import run
+    from rlhf_ext.patches.activation.startup import run
 
     run()

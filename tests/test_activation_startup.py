@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_ext.patches import command_line, plugin, startup
+from rlhf_ext.patches.activation import command_line, plugin, startup
 
 SHOW = textwrap.dedent(
     """
@@ -48,10 +48,10 @@ def test_hook_files_are_installed_in_this_environment():
     from runpy import run_path
 
     repo = Path(__file__).resolve().parents[1]
-    line = run_path(str(repo / "rlhf_ext/patches/_startup/install.py"))["PTH_LINE"]
+    line = run_path(str(repo / "rlhf_ext/patches/activation/site_hook/install.py"))["PTH_LINE"]
     assert (site / "rlhf_ext_startup.pth").read_text() == line
     assert line.startswith("import ") and line.count("\n") == 1  # site executes single "import" lines
-    assert (site / "rlhf_ext_startup.py").read_text() == (repo / "rlhf_ext/patches/_startup/rlhf_ext_startup.py").read_text()
+    assert (site / "rlhf_ext_startup.py").read_text() == (repo / "rlhf_ext/patches/activation/site_hook/rlhf_ext_startup.py").read_text()
 
 
 def test_unrelated_process_imports_no_rlhf_ext_module():
@@ -200,10 +200,10 @@ def test_regular_install_ships_the_hook(tmp_path):
     assert out.returncode == 0, out.stderr
     from runpy import run_path
 
-    line = run_path(str(repo / "rlhf_ext/patches/_startup/install.py"))["PTH_LINE"]
+    line = run_path(str(repo / "rlhf_ext/patches/activation/site_hook/install.py"))["PTH_LINE"]
     assert (target / "rlhf_ext_startup.pth").read_text() == line
-    assert (target / "rlhf_ext_startup.py").read_text() == (repo / "rlhf_ext/patches/_startup/rlhf_ext_startup.py").read_text()
-    assert "rlhf_ext = rlhf_ext.patches.vllm_plugin:register" in next(target.glob("rlhf_ext-*.dist-info")).joinpath(
+    assert (target / "rlhf_ext_startup.py").read_text() == (repo / "rlhf_ext/patches/activation/site_hook/rlhf_ext_startup.py").read_text()
+    assert "rlhf_ext = rlhf_ext.patches.activation.vllm_plugin:register" in next(target.glob("rlhf_ext-*.dist-info")).joinpath(
         "entry_points.txt"
     ).read_text()
     # Process only that directory's .pth files (-S: no site-packages of this environment).

@@ -2,7 +2,7 @@
 
 The real ``ActorPPOTrainer.training_step`` (patched) runs on a tiny actor whose log-probs are a
 parameter; the gradient it leaves is compared with the rlhf_ext functions' own (ppo equals
-OpenRLHF's ppo, tested in test_plugin_openrlhf_losses.py).
+OpenRLHF's ppo, tested in test_openrlhf_losses.py).
 """
 
 from types import SimpleNamespace
@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from test_plugin_openrlhf_losses import stub_runtime  # tests/ is on sys.path (pytest's rootdir insertion)
+from test_openrlhf_losses import stub_runtime  # tests/ is on sys.path (pytest's rootdir insertion)
 
 from rlhf_ext.algorithms import (
     aggregate_loss,

@@ -1,11 +1,16 @@
 """Carry the plugin into every Ray worker of the job: ``ray.init`` gets the plugin's runtime env.
 
+Host-neutral: every host whose runs start Ray (OpenRLHF, MindSpeed-RL) calls :func:`patch_ray`
+with its own compatibility error; what a host wants done at ``ray.init`` (OpenRLHF: start the
+driver's run record, start Ray as the CPU target runs it) it asks for with :func:`before_ray_init`, and patches of classes Ray turns
+into actors with :func:`before_actor_class`.
+
 On a cluster that ``ray.init`` starts itself, workers inherit the driver's environment, which
 already holds ``RLHF_EXT_PLUGINS``. On an existing cluster (``ray.init(address=...)``, or a job
 from ``ray job submit``) workers are started by the cluster's raylets, so the variables must
 travel in the job's ``runtime_env``: the patched ``ray.init`` adds every ``RLHF_EXT_*`` variable
 of the driver to ``runtime_env["env_vars"]`` and sets Ray's ``worker_process_setup_hook`` to
-:func:`rlhf_ext.patches.plugin.ray_worker_setup`. Keys the caller or the submitted job already
+:func:`rlhf_ext.patches.activation.plugin.ray_worker_setup`. Keys the caller or the submitted job already
 set are left alone (Ray refuses to merge a job's runtime env with a driver's that repeats a key).
 """
 
@@ -18,7 +23,9 @@ import os
 from typing import Dict, Optional
 
 FORWARDED_PREFIX = "RLHF_EXT_"
-SETUP_HOOK = "rlhf_ext.patches.plugin.ray_worker_setup"
+# Ray imports this by name in each worker (the old name, rlhf_ext.patches.plugin.ray_worker_setup,
+# which jobs started by an older release still carry, forwards to it).
+SETUP_HOOK = "rlhf_ext.patches.activation.plugin.ray_worker_setup"
 # Set by Ray's job manager for the driver of a submitted job (ray._private.runtime_env.constants).
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
@@ -59,21 +66,29 @@ def with_plugin_runtime_env(runtime_env: Optional[Dict], environ=None) -> Dict:
 def make_ray_init(original):
     @functools.wraps(original)
     def init(*args, **kwargs):
-        from rlhf_ext.patches.retarget import cpu_processes
-        from rlhf_ext.patches.retarget.state import applied_backend
-
         kwargs["runtime_env"] = with_plugin_runtime_env(kwargs.get("runtime_env"))
-        kwargs = cpu_processes.ray_init_kwargs(kwargs, applied_backend())  # the CPU target: no dashboard
-        from .run_record import start_prepared_record
-
-        start_prepared_record()  # the driver's run record (config.json), once the run really starts
+        for callback in list(_before_init):
+            kwargs = callback(kwargs)
         return original(*args, **kwargs)
 
     init.__rlhf_ext_patch__ = "ray.init runtime env"
     return init
 
 
+_before_init = []
 _before_actor_class = []
+
+
+def before_ray_init(callback) -> None:
+    """Call ``callback(kwargs)`` in the patched ``ray.init``, before Ray starts; it returns the keyword
+    arguments ``ray.init`` gets (the plugin's runtime env is already in them).
+
+    Why: a host's driver may commit something only when the run really starts (OpenRLHF's run record:
+    ``config.json`` is written at ``ray.init``, not at argument parsing), or start Ray as its device
+    target runs it (the CPU retarget: no dashboard).
+    """
+    if callback not in _before_init:
+        _before_init.append(callback)
 
 
 def before_actor_class(callback) -> None:
@@ -115,8 +130,11 @@ def make_ray_remote(original):
     return remote
 
 
-def patch_ray(ray_module) -> None:
-    """Wrap ``ray.init`` (once; it must take a keyword ``runtime_env``) and ``ray.remote``."""
+def patch_ray(ray_module, error: type = RuntimeError) -> None:
+    """Wrap ``ray.init`` (once; it must take a keyword ``runtime_env``) and ``ray.remote``.
+
+    ``error``: the calling host's compatibility error, raised when ``ray.init`` cannot take the env.
+    """
     original = ray_module.init
     if getattr(original, "__rlhf_ext_patch__", None):
         return
@@ -125,9 +143,7 @@ def patch_ray(ray_module) -> None:
     except (TypeError, ValueError):
         params = {}
     if "runtime_env" not in params:
-        from .compat import OpenRLHFCompatibilityError
-
-        raise OpenRLHFCompatibilityError(
+        raise error(
             f"rlhf_ext cannot pass the plugin to Ray workers: ray.init of ray {getattr(ray_module, '__version__', '?')} "
             "has no runtime_env parameter"
         )
@@ -146,4 +162,5 @@ def undo() -> None:
     while _patched:
         module, attr, original = _patched.pop()
         setattr(module, attr, original)
+    _before_init.clear()
     _before_actor_class.clear()
