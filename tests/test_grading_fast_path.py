@@ -12,6 +12,7 @@ must agree too.
 """
 
 import logging
+import math
 import time
 from fractions import Fraction
 
@@ -22,6 +23,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 
 from rlhf_ext.rewards import MathGrader, prepare_gold
 from rlhf_ext.rewards.exact_numbers import ExactNumber, exact_number, exact_verdict, gold_number, numbers_equal
+from rlhf_ext.rewards.extraction import find_answer_candidate
 from rlhf_ext.rewards.math_verify_recipe import grade_response
 
 PROPERTY = settings(max_examples=250, deadline=None, derandomize=True, database=None,
@@ -248,6 +250,12 @@ CASES = [
     ("50\\%", "50", True), ("50\\%", "0.5", True), ("25\\%", "\\frac{1}{4}", True), ("500\\%", "5", True),
     ("25.0\\%", "25", False), ("12.5\\%", "12.5", False), ("5%", "0.05", True),
     ("12 €", "12", True), ("\\$12", "12", True), ("7.5 m^2", "7.5", True),
+    # square roots and degrees (the fast path's second round)
+    ("\\sqrt{4}", "2", True), ("\\sqrt{12}", "2\\sqrt{3}", True), ("2 \\sqrt{5}", "2\\sqrt{5}", True),
+    ("\\frac{\\sqrt3}{3}", "\\frac{\\sqrt{3}}{3}", True), ("\\dfrac{3\\sqrt{3}}{4}", "\\frac{3\\sqrt{3}}{4}", True),
+    ("\\sqrt{54}", "\\sqrt{53}", False), ("-\\sqrt{3}", "\\sqrt{3}", False), ("11\\sqrt2", "11\\sqrt{2}", True),
+    ("\\sqrt{3}", "2", False), ("30^\\circ", "30", True), ("30", "30^\\circ", True), ("120^{\\circ}", "120^\\circ", True),
+    ("121^\\circ", "120^\\circ", False),
 ]
 
 
@@ -263,7 +271,9 @@ def test_hand_checked_cases_are_decided_and_agree(answer, gold, correct):
 UNDECIDED = [
     # too close to math-verify's rounding, not a plain number, or ambiguous: the workers decide
     ("0.5000004", "0.5"), ("0.333333", "\\frac{1}{3}"), ("0.1234567", "0.1234568"),
-    ("5.", "5"), ("1e5", "100000"), ("\\sqrt{4}", "2"), ("x = 5", "5"), ("30^\\circ", "30"), ("2,74", "2.74"),
+    ("5.", "5"), ("1e5", "100000"), ("x = 5", "5"), ("30°", "30^\\circ"), ("2,74", "2.74"),
+    ("\\sqrt{2}", "1.414214"), ("\\sqrt{3}2", "2\\sqrt{3}"), ("\\frac{1}{\\sqrt{3}}", "\\frac{\\sqrt{3}}{3}"),
+    ("\\sqrt{10000000001}", "\\sqrt{10000000000}"), ("\\sqrt{4}\\%", "2\\%"), ("0.5^\\circ", "0.5"),
     ("\\frac{1}{0}", "1"), ("-50\\%", "-50"), ("\\frac{1}{2}\\%", "0.005"), ("(1, 2)", "1"), ("2 3", "23"),
     ("12345678901.5", "12345678901.5"), ("0.1234567890123456", "0.1234567890123456"),
 ]
@@ -276,7 +286,7 @@ def test_what_the_fast_path_leaves_to_the_workers(answer, gold):
 
 
 def test_golds_that_are_not_plain_numbers_skip_the_fast_path():
-    for gold in ("\\sqrt{2}", "x^2+1", "(1, 2)", "\\text{odd}", "2,74", "1, 2", "\\frac{1}{0}", "", None):
+    for gold in ("\\sqrt{-2}", "x^2+1", "(1, 2)", "\\text{odd}", "2,74", "1, 2", "\\frac{1}{0}", "", None):
         assert gold_number(gold) is None, gold
         assert exact_verdict("\\boxed{1}", gold) is None
 
@@ -325,7 +335,7 @@ def test_the_pool_answers_plain_numbers_without_its_workers():
         stats = grader.stats()
         assert stats["workers_started"] == 0 and stats["fast_path"] == 45
         # a gold that is not a number still goes to a worker, and agrees with the per-sample path
-        mixed = grader.grade_batch(["\\boxed{\\sqrt{2}}", "\\boxed{3}"], ["\\sqrt{2}", "3"])
+        mixed = grader.grade_batch(["\\boxed{2\\pi}", "\\boxed{3}"], ["2\\pi", "3"])
         assert grader.stats()["workers_started"] >= 1 and grader.stats()["fast_path"] == 46
     for response, gold, got in zip(responses, golds, results):
         want = full(response, gold)
@@ -345,3 +355,116 @@ def test_the_fast_path_can_be_switched_off_and_pickles():
         grader.close()
     with pytest.raises(ValueError, match="fast_path"):
         MathGrader(fast_path="yes")
+
+
+# --- square roots and degrees -----------------------------------------------------------------------
+
+SQUARES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 18, 27, 50, 53, 98, 113, 10 ** 10)
+
+
+def radical_spellings(coefficient: Fraction, radicand: int, draw) -> str:
+    """One spelling of ``coefficient * sqrt(radicand)`` with a square root in it."""
+    sign = "-" if coefficient < 0 else ""
+    p, q = abs(coefficient).numerator, abs(coefficient).denominator
+    root = draw(st.sampled_from(["\\sqrt{%d}" % radicand] + (["\\sqrt%d" % radicand] if radicand < 10 else [])))
+    c = "" if p == 1 else str(p)
+    if q == 1:
+        forms = [sign + c + root, sign + c + " " + root, "%s\\frac{%s%s}{1}" % (sign, c, root)]
+    else:
+        forms = ["%s\\frac{%s%s}{%d}" % (sign, c, root, q), "%s\\dfrac{%s%s}{%d}" % (sign, c, root, q),
+                 "%s\\frac{%s %s}{%d}" % (sign, c, root, q)]
+    return draw(st.sampled_from(forms))
+
+
+@st.composite
+def radical_samples(draw):
+    """A gold ``r * sqrt(n)`` and an answer: the same number (another coefficient/radicand split, or a
+    plain number when it is rational, or a decimal or percent, which the workers get), or a wrong one."""
+    require_anchor = draw(st.booleans())
+    radicand = draw(st.sampled_from(SQUARES))
+    coefficient = draw(st.builds(Fraction, st.integers(-12, 12).filter(bool), st.integers(1, 6)))
+    gold = radical_spellings(coefficient, radicand, draw)
+    how = draw(st.sampled_from(["same", "split", "plain", "decimal", "plus1", "radicand", "neg", "near", "integer"]))
+    a_coef, a_rad = coefficient, radicand
+    if how == "split":
+        k = draw(st.sampled_from([2, 3]))
+        a_coef, a_rad = coefficient / k, radicand * k * k
+    elif how == "plus1":
+        a_coef = coefficient + 1 if coefficient != -1 else Fraction(2)
+    elif how == "radicand":
+        a_rad = radicand + 1
+    elif how == "neg":
+        a_coef = -coefficient
+    elif how == "near":
+        a_rad = radicand * 10 ** 10 + 1
+        a_coef = coefficient / 10 ** 5
+    if how == "plain" or how == "decimal" or how == "integer":
+        root = math.isqrt(radicand)
+        value = coefficient * root if root * root == radicand else None
+        if how == "integer" or value is None:
+            answer = spellings(Fraction(draw(st.integers(-20, 20))) if value is None else value, draw)
+        elif how == "plain":
+            answer = spellings(value, draw)
+        else:
+            answer = format(float(coefficient) * math.sqrt(radicand), ".7f")
+    else:
+        answer = radical_spellings(a_coef, a_rad, draw)
+    gold = draw(st.sampled_from([gold, "$%s$" % gold, "So it is $\\boxed{%s}$." % gold]))
+    if draw(st.booleans()):  # the gold as a plain number, the answer with a root
+        gold, answer = (spellings(Fraction(draw(st.integers(-20, 20))), draw),
+                        radical_spellings(a_coef, a_rad, draw))
+    return wrap(answer, draw, require_anchor), gold, require_anchor
+
+
+@st.composite
+def degree_samples(draw):
+    require_anchor = draw(st.booleans())
+    value = draw(st.integers(-360, 720))
+    answer_value = value if draw(st.booleans()) else value + draw(st.sampled_from([1, -1, 180, 360]))
+    marks = ["^\\circ", "^{\\circ}", " ^\\circ", "^{ \\circ }", "", "°", "\\text{ degrees}"]
+    gold = "%d%s" % (value, draw(st.sampled_from(marks)))
+    answer = "%d%s" % (answer_value, draw(st.sampled_from(marks)))
+    return wrap(answer, draw, require_anchor), draw(st.sampled_from([gold, "$%s$" % gold])), require_anchor
+
+
+RADICALS_DECIDED = []
+
+
+@PROPERTY
+@given(st.one_of(radical_samples(), degree_samples()))
+def test_roots_and_degrees_equal_the_full_path(sample):
+    response, gold, require_anchor = sample
+    quick = fast(response, gold, require_anchor)
+    if quick is None:
+        return
+    RADICALS_DECIDED.append(quick["correct"])
+    assert quick == full(response, gold, require_anchor), (response, gold, require_anchor)
+
+
+def test_the_roots_property_decides_most_of_what_it_generates():
+    decided = []
+
+    @PROPERTY
+    @given(st.one_of(radical_samples(), degree_samples()))
+    def collect(sample):
+        quick = fast(*sample)
+        if quick is not None:
+            decided.append(quick["correct"])
+
+    collect()
+    assert len(decided) >= 120 and 30 <= sum(decided) <= len(decided) - 30, (len(decided), sum(decided))
+
+
+@PROPERTY
+@given(radical_samples())
+def test_roots_agree_with_real_math_verify(sample):
+    """On roots math-verify reads as the grader does (braced, no units), real math-verify agrees."""
+    response, gold, _ = sample
+    answer = find_answer_candidate(response)
+    gold_text = prepare_gold(gold)
+    assume(answer is not None and gold_text is not None)
+    assume(all("\\sqrt{" in t or "\\sqrt" not in t for t in (answer.raw, gold_text)))
+    assume(not any(s in t for t in (answer.raw, gold_text) for s in ("~", "\\,", "{,}", "cm", "€", "\\$", ",", "m^2")))
+    quick = fast("\\boxed{%s}" % answer.raw, gold)
+    if quick is not None:
+        assert quick["correct"] == reference("$%s$" % gold_text, "\\boxed{%s}" % answer.raw), (answer.raw, gold_text)

@@ -51,9 +51,11 @@ microseconds and then goes to the workers, where the time limit applies.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Dict, Optional
 
 from .extraction import answer_readings, find_answer_candidate, normalize_answer
@@ -73,21 +75,42 @@ _DECIMAL = re.compile(r"([+-]?)(" + _INT + r")?\.(\d{1,%d})" % _FLOAT_DIGITS)
 _FRACTION = re.compile(r"(-?)\\[dtc]?frac\{(-?)(\d{1,%d})\}\{(\d{1,%d})\}" % (_MAX_DIGITS, _MAX_DIGITS))
 _SLASH = re.compile(r"(-?)(\d{1,%d})/(\d{1,%d})" % (_MAX_DIGITS, _MAX_DIGITS))
 _PERCENT = re.compile(r"(.+?)(?:\\%|%)")
+# A degree sign written as a LaTeX superscript after a number: math-verify's normalization drops it
+# (``30^\\circ`` is 30); the Unicode sign is not dropped (``30°`` is no number there): workers.
+_DEGREES = re.compile(r"(.+?)\^(?:\\circ|\{\\circ\})")
+# A square root with a rational coefficient: ``\sqrt{3}``, ``-2\sqrt{3}``, ``2 \sqrt{5}``,
+# ``\frac{3\sqrt{3}}{4}``, ``-\dfrac{\sqrt{3}}{3}`` (after bracing: ``11\sqrt2``, ``\frac{\sqrt3}2``).
+_RADICAND_DIGITS = 12
+_SQRT = r"(?:([1-9]\d{0,%d})\s*)?\\sqrt\{([1-9]\d{0,%d})\}" % (_RADICAND_DIGITS - 1, _RADICAND_DIGITS - 1)
+_RADICAL = re.compile(r"(-?)" + _SQRT)
+_RADICAL_FRACTION = re.compile(r"(-?)\\[dt]?frac\{" + _SQRT + r"\}\{([1-9]\d{0,%d})\}" % (_RADICAND_DIGITS - 1))
 
 
 @dataclass(frozen=True)
 class ExactNumber:
-    """How math-verify holds a number: ``kind`` "int" (sympy Integer), "rational" or "float";
-    ``value`` the number written (before a percent sign), exactly; ``percent`` whether ``X%``."""
+    """How math-verify holds a number: ``kind`` "int" (sympy Integer), "rational", "float" or
+    "radical" (``value * sqrt(radicand)``, written with a square root); ``value`` the number written
+    (before a percent sign), exactly; ``percent`` whether ``X%``; ``radicand`` 1 unless "radical"."""
 
     kind: str
     value: Fraction
     percent: bool = False
+    radicand: int = 1
 
     @property
     def effective(self) -> Fraction:
-        """The value math-verify's ``doit()`` gives (a percentage divided by 100)."""
+        """The value math-verify's ``doit()`` gives (a percentage divided by 100); for a "radical", the
+        coefficient of its square root."""
         return self.value / 100 if self.percent else self.value
+
+    def signed_square(self) -> Fraction:
+        """``sign(x) * x**2`` of the number's exact value: two numbers with square roots are equal
+        exactly when these are."""
+        v = self.effective
+        return (1 if v >= 0 else -1) * v * v * self.radicand
+
+    def approx(self) -> float:
+        return float(self.effective) * math.sqrt(self.radicand)
 
 
 def _digits(s: str) -> str:
@@ -128,12 +151,33 @@ def _plain_number(text: str, gold: bool) -> Optional[ExactNumber]:
     return None
 
 
+def _radical(text: str) -> Optional[ExactNumber]:
+    m = _RADICAL.fullmatch(text)
+    if m:
+        coefficient = Fraction(int(m.group(2) or 1))
+        negative, radicand = m.group(1) == "-", int(m.group(3))
+    else:
+        m = _RADICAL_FRACTION.fullmatch(text)
+        if m is None:
+            return None
+        coefficient = Fraction(int(m.group(2) or 1), int(m.group(4)))
+        negative, radicand = m.group(1) == "-", int(m.group(3))
+    return ExactNumber("radical", -coefficient if negative else coefficient, radicand=radicand)
+
+
 def exact_number(reading: str, gold: bool = False) -> Optional[ExactNumber]:
     """The number one reading (:func:`answer_readings`) of an answer or gold denotes, as math-verify
     holds it, or None when it is not a plain number of the forms in the module docstring."""
     if not reading or len(reading) > MAX_FAST_CHARS:
         return None
     text = reading.strip()
+    if "\\sqrt" in text:
+        return _radical(text)
+    if "circ" in text:
+        m = _DEGREES.fullmatch(text)
+        if m is None or not _INTEGER.fullmatch(m.group(1)):
+            return None
+        return _plain_number(m.group(1), gold)
     m = _PERCENT.fullmatch(text)
     if m:
         inner = _plain_number(m.group(1), gold=False)
@@ -150,6 +194,8 @@ def numbers_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
     """math-verify's ``verify(gold, answer)`` on two plain numbers, or None when it is too close to
     call exactly (a Float comparison near math-verify's rounding, or a magnitude where a 15-digit
     Float is not exact)."""
+    if gold.kind == "radical" or answer.kind == "radical":
+        return _radicals_equal(gold, answer)
     g, a = gold.effective, answer.effective
     if gold.kind == "float" or answer.kind == "float":
         if max(abs(gold.value), abs(answer.value), abs(g), abs(a)) >= _FLOAT_MAX:
@@ -166,6 +212,21 @@ def numbers_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
     return False
 
 
+def _radicals_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
+    """Numbers with square roots (sympy's exact ``Integer * sqrt(n)``), against each other or against
+    integers and fractions: equal values are equal (``simplify(gold - answer)`` is 0); values apart by
+    more than math-verify's numeric tolerance are not (``evalf(chop=True)`` of the difference is far
+    from 0, and neither is a Float). A Float or a percentage on either side: workers."""
+    if "float" in (gold.kind, answer.kind) or gold.percent or answer.percent:
+        return None
+    if gold.signed_square() == answer.signed_square():
+        return True
+    g, a = gold.approx(), answer.approx()
+    if max(abs(g), abs(a)) >= _FLOAT_MAX:
+        return None
+    return False if abs(g - a) > float(_FLOAT_MARGIN) * max(1.0, abs(g), abs(a)) else None
+
+
 def _only_number(text: str, gold: bool) -> Optional[ExactNumber]:
     """The number ``text`` (an answer as written, or a prepared gold) is under the grader's rewriting,
     when it has exactly one reading and that is a plain number."""
@@ -177,11 +238,44 @@ def _only_number(text: str, gold: bool) -> Optional[ExactNumber]:
     return exact_number(readings[0], gold=gold)
 
 
+# Verdicts are pure functions of (gold, answer as written): remembered, so the samples of a GRPO
+# group that share a gold and a final answer (most of them) cost one dictionary look-up each.
+_VERDICT_MEMORY = 16384
+
+
+@lru_cache(maxsize=_VERDICT_MEMORY)
 def gold_number(gold_text: str) -> Optional[ExactNumber]:
     """The number a prepared gold (:func:`~rlhf_ext.rewards.extraction.prepare_gold`) denotes, or None."""
     if not isinstance(gold_text, str):
         return None
     return _only_number(gold_text, gold=True)
+
+
+@lru_cache(maxsize=_VERDICT_MEMORY)
+def _decide(gold_text: str, raw: str):
+    """(correct, vote key) of the final answer ``raw`` against the gold, or None: workers."""
+    gold = gold_number(gold_text)
+    answer = _only_number(raw, gold=False) if gold is not None else None
+    if answer is None:
+        return None
+    correct = numbers_equal(gold, answer)
+    if correct is None:
+        return None
+    return correct, normalize_answer(raw) or None
+
+
+def answer_verdict(gold_text: str, raw: str, gold: Optional[ExactNumber] = None) -> Optional[Dict]:
+    """:func:`exact_verdict` for a final answer already found (``raw``, as written in the response)."""
+    if gold is None:
+        gold = gold_number(gold_text)
+        if gold is None:
+            return None
+    if len(raw) > MAX_FAST_CHARS:  # never a plain number; and not worth remembering
+        return None
+    decided = _decide(gold_text, raw)
+    if decided is None:
+        return None
+    return {"correct": decided[0], "extracted": decided[1], "gold_parsed": True}
 
 
 def exact_verdict(response: str, gold_text: Optional[str], require_anchor: bool = True,
@@ -190,9 +284,9 @@ def exact_verdict(response: str, gold_text: Optional[str], require_anchor: bool 
     :func:`~rlhf_ext.rewards.math_verify_recipe.grade_response` returns it) when the gold is a plain
     number and the response states no answer or a plain number; else None (grade it in full).
 
-    ``gold``: :func:`gold_number` of ``gold_text`` when the caller has it cached.
+    ``gold``: :func:`gold_number` of ``gold_text`` when the caller has it.
     """
-    if gold_text is None or not isinstance(response, str):
+    if gold_text is None or not isinstance(response, str) or not isinstance(gold_text, str):
         return None
     if gold is None:
         gold = gold_number(gold_text)
@@ -202,13 +296,8 @@ def exact_verdict(response: str, gold_text: Optional[str], require_anchor: bool 
     if candidate is None:
         # the gold parses (it is a plain number), the response states nothing: wrong
         return {"correct": False, "extracted": None, "gold_parsed": True}
-    answer = _only_number(candidate.raw, gold=False)
-    if answer is None:
-        return None
-    correct = numbers_equal(gold, answer)
-    if correct is None:
-        return None
-    return {"correct": correct, "extracted": normalize_answer(candidate.raw) or None, "gold_parsed": True}
+    return answer_verdict(gold_text, candidate.raw, gold)
 
 
-__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "exact_verdict"]
+__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "answer_verdict",
+           "exact_verdict"]
