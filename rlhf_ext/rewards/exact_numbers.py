@@ -83,19 +83,30 @@ _DEGREES = re.compile(r"(.+?)\^(?:\\circ|\{\\circ\})")
 _RADICAND_DIGITS = 12
 _SQRT = r"(?:([1-9]\d{0,%d})\s*)?\\sqrt\{([1-9]\d{0,%d})\}" % (_RADICAND_DIGITS - 1, _RADICAND_DIGITS - 1)
 _RADICAL = re.compile(r"(-?)" + _SQRT)
+# A rational multiple of pi: ``\pi``, ``12\pi``, ``8 \pi``, ``-\frac{\pi}{6}``, ``\dfrac{5\pi}{4}``.
+_PI = r"(?:([1-9]\d{0,%d})\s*)?\\pi(?![A-Za-z])" % (_RADICAND_DIGITS - 1)
+_PI_MULTIPLE = re.compile(r"(-?)" + _PI)
+_PI_FRACTION = re.compile(r"(-?)\\[dt]?frac\{" + _PI + r"\}\{([1-9]\d{0,%d})\}" % (_RADICAND_DIGITS - 1))
+# A tuple of numbers: ``(8,-2)``, ``\left( \frac{3}{2}, -13 \right)``, ``(1,-16,-4,43)``.
+_TUPLE = re.compile(r"\(([^()]*)\)")
+_LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])")
+_TUPLE_ELEMENT = re.compile(r"-?(?:0|[1-9]\d*)(?:/[1-9]\d*)?|-?\\[dt]?frac\{.*\}\{.*\}|-?\d*\s*\\(?:sqrt|pi).*")
+_MAX_TUPLE = 8
 _RADICAL_FRACTION = re.compile(r"(-?)\\[dt]?frac\{" + _SQRT + r"\}\{([1-9]\d{0,%d})\}" % (_RADICAND_DIGITS - 1))
 
 
 @dataclass(frozen=True)
 class ExactNumber:
     """How math-verify holds a number: ``kind`` "int" (sympy Integer), "rational", "float" or
-    "radical" (``value * sqrt(radicand)``, written with a square root); ``value`` the number written
-    (before a percent sign), exactly; ``percent`` whether ``X%``; ``radicand`` 1 unless "radical"."""
+    "radical" (``value * sqrt(radicand)``, written with a square root, or ``value * pi`` when ``pi``);
+    ``value`` the number written (before a percent sign), exactly; ``percent`` whether ``X%``;
+    ``radicand`` 1 unless a square root is written."""
 
     kind: str
     value: Fraction
     percent: bool = False
     radicand: int = 1
+    pi: bool = False
 
     @property
     def effective(self) -> Fraction:
@@ -110,7 +121,7 @@ class ExactNumber:
         return (1 if v >= 0 else -1) * v * v * self.radicand
 
     def approx(self) -> float:
-        return float(self.effective) * math.sqrt(self.radicand)
+        return float(self.effective) * math.sqrt(self.radicand) * (math.pi if self.pi else 1.0)
 
 
 def _digits(s: str) -> str:
@@ -151,6 +162,18 @@ def _plain_number(text: str, gold: bool) -> Optional[ExactNumber]:
     return None
 
 
+def _pi_multiple(text: str) -> Optional[ExactNumber]:
+    m = _PI_MULTIPLE.fullmatch(text)
+    if m:
+        coefficient = Fraction(int(m.group(2) or 1))
+    else:
+        m = _PI_FRACTION.fullmatch(text)
+        if m is None:
+            return None
+        coefficient = Fraction(int(m.group(2) or 1), int(m.group(3)))
+    return ExactNumber("radical", -coefficient if m.group(1) == "-" else coefficient, pi=True)
+
+
 def _radical(text: str) -> Optional[ExactNumber]:
     m = _RADICAL.fullmatch(text)
     if m:
@@ -173,6 +196,8 @@ def exact_number(reading: str, gold: bool = False) -> Optional[ExactNumber]:
     text = reading.strip()
     if "\\sqrt" in text:
         return _radical(text)
+    if "\\pi" in text:
+        return _pi_multiple(text)
     if "circ" in text:
         m = _DEGREES.fullmatch(text)
         if m is None or not _INTEGER.fullmatch(m.group(1)):
@@ -213,18 +238,58 @@ def numbers_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
 
 
 def _radicals_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
-    """Numbers with square roots (sympy's exact ``Integer * sqrt(n)``), against each other or against
+    """Numbers with square roots (sympy's exact ``Integer * sqrt(n)``) or pi, against each other or against
     integers and fractions: equal values are equal (``simplify(gold - answer)`` is 0); values apart by
     more than math-verify's numeric tolerance are not (``evalf(chop=True)`` of the difference is far
     from 0, and neither is a Float). A Float or a percentage on either side: workers."""
     if "float" in (gold.kind, answer.kind) or gold.percent or answer.percent:
         return None
-    if gold.signed_square() == answer.signed_square():
-        return True
+    if gold.pi == answer.pi and gold.signed_square() == answer.signed_square():
+        return True  # (pi times a nonzero rational is never a root of a rational: those stay apart)
     g, a = gold.approx(), answer.approx()
     if max(abs(g), abs(a)) >= _FLOAT_MAX:
         return None
     return False if abs(g - a) > float(_FLOAT_MARGIN) * max(1.0, abs(g), abs(a)) else None
+
+
+def exact_tuple(reading: str):
+    """The numbers of a reading that is a parenthesised tuple of 2 to 8 exact numbers (integers,
+    fractions, roots, multiples of pi; no decimals or percentages: math-verify rounds those), or None."""
+    if not reading or len(reading) > MAX_FAST_CHARS or "(" not in reading:
+        return None
+    m = _TUPLE.fullmatch(_LEFT_RIGHT.sub("", reading).strip())
+    if m is None or "[" in m.group(1) or "\\{" in m.group(1):
+        return None
+    parts = [p.strip() for p in m.group(1).split(",")]
+    if not 2 <= len(parts) <= _MAX_TUPLE:
+        return None
+    out = []
+    for part in parts:
+        if not _TUPLE_ELEMENT.fullmatch(part):
+            return None
+        number = exact_number(part)
+        if number is None or number.kind == "float" or number.percent:
+            return None
+        out.append(number)
+    return tuple(out)
+
+
+def tuples_equal(gold, answer) -> Optional[bool]:
+    """math-verify on two tuples of exact numbers written alike (``(a, b)`` both): equal element by
+    element is equal; one element apart is not -- when both are read the same way: a pair is an open
+    interval when it increases, a tuple otherwise, so pairs whose orders differ go to the workers."""
+    if len(gold) != len(answer):
+        return None
+    verdicts = [_radicals_equal(g, a) for g, a in zip(gold, answer)]
+    if all(v is True for v in verdicts):
+        return True
+    if len(gold) == 2:
+        g0, g1, a0, a1 = (x.approx() for x in (*gold, *answer))
+        if (g0 < g1) != (a0 < a1) or g0 == g1 or a0 == a1:
+            return None
+    if any(v is False for v in verdicts) and all(v is not None for v in verdicts):
+        return False
+    return None
 
 
 def _only_number(text: str, gold: bool) -> Optional[ExactNumber]:
@@ -252,13 +317,28 @@ def gold_number(gold_text: str) -> Optional[ExactNumber]:
 
 
 @lru_cache(maxsize=_VERDICT_MEMORY)
+def gold_value(gold_text: str):
+    """:func:`gold_number`, else the tuple of exact numbers the gold is (:func:`exact_tuple`), else None."""
+    number = gold_number(gold_text)
+    if number is not None or not isinstance(gold_text, str):
+        return number
+    readings = answer_readings(gold_text) if len(gold_text) <= MAX_FAST_CHARS else ()
+    return exact_tuple(readings[0]) if len(readings) == 1 else None
+
+
+@lru_cache(maxsize=_VERDICT_MEMORY)
 def _decide(gold_text: str, raw: str):
     """(correct, vote key) of the final answer ``raw`` against the gold, or None: workers."""
-    gold = gold_number(gold_text)
-    answer = _only_number(raw, gold=False) if gold is not None else None
-    if answer is None:
+    gold = gold_value(gold_text)
+    if gold is None:
         return None
-    correct = numbers_equal(gold, answer)
+    if isinstance(gold, tuple):
+        readings = answer_readings(raw)
+        answer = exact_tuple(readings[0]) if len(readings) == 1 else None
+        correct = tuples_equal(gold, answer) if answer is not None else None
+    else:
+        answer = _only_number(raw, gold=False)
+        correct = numbers_equal(gold, answer) if answer is not None else None
     if correct is None:
         return None
     return correct, normalize_answer(raw) or None
@@ -267,7 +347,7 @@ def _decide(gold_text: str, raw: str):
 def answer_verdict(gold_text: str, raw: str, gold: Optional[ExactNumber] = None) -> Optional[Dict]:
     """:func:`exact_verdict` for a final answer already found (``raw``, as written in the response)."""
     if gold is None:
-        gold = gold_number(gold_text)
+        gold = gold_value(gold_text)
         if gold is None:
             return None
     if len(raw) > MAX_FAST_CHARS:  # never a plain number; and not worth remembering
@@ -289,7 +369,7 @@ def exact_verdict(response: str, gold_text: Optional[str], require_anchor: bool 
     if gold_text is None or not isinstance(response, str) or not isinstance(gold_text, str):
         return None
     if gold is None:
-        gold = gold_number(gold_text)
+        gold = gold_value(gold_text)
         if gold is None:
             return None
     candidate = find_answer_candidate(response, require_anchor=require_anchor)
@@ -299,5 +379,6 @@ def exact_verdict(response: str, gold_text: Optional[str], require_anchor: bool 
     return answer_verdict(gold_text, candidate.raw, gold)
 
 
-__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "answer_verdict",
+__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "gold_value", "exact_tuple",
+           "tuples_equal", "answer_verdict",
            "exact_verdict"]

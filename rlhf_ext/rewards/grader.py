@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Deque, Dict, List, Optional, Sequence
 
-from .exact_numbers import exact_verdict, gold_number
+from .exact_numbers import exact_verdict
 from .extraction import extract_answer, prepare_gold
 
 logger = logging.getLogger(__name__)
@@ -75,8 +75,6 @@ _HOUSEKEEPING_S = 1.0
 _STALL_MARGIN_S = _START_TIMEOUT_S + 30.0
 # How long a caller waits on the dispatcher between checks that it is still alive.
 _CALLER_POLL_S = 1.0
-# Golds remembered by the fast path (its number, or that it is none).
-_FAST_GOLD_MEMORY = 4096
 
 
 @dataclass(frozen=True)
@@ -300,7 +298,6 @@ class MathGrader:
         self._start_failures = 0
         self._bad_golds: "OrderedDict[str, str]" = OrderedDict()
         self._gold_owner: "OrderedDict[str, _Worker]" = OrderedDict()  # the worker that has a gold cached
-        self._fast_golds: "OrderedDict[str, object]" = OrderedDict()  # gold text -> ExactNumber or False
         self._stats = {"submitted": 0, "completed": 0, "timeouts": 0, "errors": 0, "workers_started": 0,
                        "workers_replaced": 0, "lost_requeued": 0, "stalled": 0, "fast_path": 0}
 
@@ -493,22 +490,9 @@ class MathGrader:
             return None
         if self.test_slow_parse:
             return None  # the test hook exercises the pool itself: every sample reaches a worker
-        number = self._fast_golds.get(gold_text)
-        if number is None:
-            try:
-                number = gold_number(gold_text) or False
-            except Exception:  # never let the shortcut break a submission
-                number = False
-            self._fast_golds[gold_text] = number
-            while len(self._fast_golds) > _FAST_GOLD_MEMORY:
-                try:
-                    self._fast_golds.popitem(last=False)
-                except KeyError:  # another thread emptied it meanwhile
-                    break
-        if number is False:
-            return None
         try:
-            out = exact_verdict(response, gold_text, self.require_anchor, gold=number)
+            # golds and verdicts are remembered there (one look-up per sample of a GRPO group)
+            out = exact_verdict(response, gold_text, self.require_anchor)
         except Exception:
             return None
         if out is None:
