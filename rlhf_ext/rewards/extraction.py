@@ -38,6 +38,7 @@ Golds (:func:`prepare_gold`) may be GSM8K solutions (``... #### 18``), full MATH
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -702,6 +703,12 @@ def prepare_gold(gold) -> Optional[str]:
         return text
     if not isinstance(gold, str):
         return None
+    return _prepare_gold_text(gold)
+
+
+@functools.lru_cache(maxsize=2048)
+def _prepare_gold_text(gold: str) -> Optional[str]:
+    # a GRPO group's samples share their label: its answer is found once
     text = gold.strip()
     if not text:
         return None
