@@ -162,6 +162,97 @@ def _plain_number(text: str, gold: bool) -> Optional[ExactNumber]:
     return None
 
 
+# Sums of exact terms (``1+2\\sqrt{3}``, ``18+2\\pi``, ``\\frac{1}{2}+1``): a radicand is reduced to its
+# square-free part by trial division, so it is kept small.
+_SUM_MAX_TERMS = 6
+_SUM_MAX_RADICAND = 10 ** 8
+
+
+@dataclass(frozen=True)
+class ExactSum:
+    """A sum of exact terms, as ``(basis, coefficient)`` pairs: basis 1, ``sqrt(n)`` (``n`` square-free,
+    written as the int ``n``) or pi (written as 0); sympy holds it as the same exact number."""
+
+    terms: tuple
+    kind: str = "sum"
+    percent: bool = False
+
+    def approx(self) -> float:
+        return sum(float(c) * (math.pi if b == 0 else math.sqrt(b)) for b, c in self.terms)
+
+
+def _square_free(n: int):
+    """(k, m) with n = k*k*m and m square-free; None when n is too large to factor here."""
+    if n > _SUM_MAX_RADICAND:
+        return None
+    k, f = 1, 2
+    while f * f <= n:
+        while n % (f * f) == 0:
+            n //= f * f
+            k *= f
+        f += 1
+    return k, n
+
+
+def _terms(number) -> Optional[Dict[int, Fraction]]:
+    """The exact value of an :class:`ExactNumber` (not a Float or percentage) or :class:`ExactSum` as
+    {basis: coefficient}, zero coefficients left out; None when it cannot be written so here."""
+    if isinstance(number, ExactSum):
+        return dict(number.terms)
+    if number.kind == "float" or number.percent:
+        return None
+    basis, coefficient = (0 if number.pi else 1), number.value
+    if number.radicand != 1:
+        reduced = _square_free(number.radicand)
+        if reduced is None:
+            return None
+        coefficient, basis = coefficient * reduced[0], reduced[1]
+    return {basis: coefficient} if coefficient else {}
+
+
+def _split_terms(text: str):
+    """``[(sign, term), ...]`` of a sum written at the top level of ``text`` (signs outside braces)."""
+    out, depth, start, sign = [], 0, 0, "+"
+    for i, c in enumerate(text):
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+        elif c in "+-" and depth == 0:
+            term = text[start:i].strip()
+            if term:
+                out.append((sign, term))
+            elif i > start or out:  # "1+-2", "1--2": workers
+                return None
+            elif c == "-" and sign == "-":
+                return None
+            sign, start = c, i + 1
+    term = text[start:].strip()
+    if not term or depth != 0:
+        return None
+    out.append((sign, term))
+    return out
+
+
+def _exact_sum(text: str) -> Optional[ExactSum]:
+    parts = _split_terms(text)
+    if parts is None or not 2 <= len(parts) <= _SUM_MAX_TERMS:
+        return None
+    total: Dict[int, Fraction] = {}
+    for sign, term in parts:
+        if term[0] in "+-" or "," in term or "%" in term or "circ" in term:
+            return None
+        number = exact_number(term)
+        if number is None or isinstance(number, ExactSum):
+            return None
+        terms = _terms(number)
+        if terms is None:
+            return None
+        for basis, coefficient in terms.items():
+            total[basis] = total.get(basis, 0) + (-coefficient if sign == "-" else coefficient)
+    return ExactSum(tuple(sorted((b, c) for b, c in total.items() if c)))
+
+
 def _pi_multiple(text: str) -> Optional[ExactNumber]:
     m = _PI_MULTIPLE.fullmatch(text)
     if m:
@@ -194,6 +285,10 @@ def exact_number(reading: str, gold: bool = False) -> Optional[ExactNumber]:
     if not reading or len(reading) > MAX_FAST_CHARS:
         return None
     text = reading.strip()
+    if "+" in text[1:] or "-" in text[1:]:
+        found = _exact_sum(text)
+        if found is not None or "{" not in text:
+            return found
     if "\\sqrt" in text:
         return _radical(text)
     if "\\pi" in text:
@@ -219,6 +314,8 @@ def numbers_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
     """math-verify's ``verify(gold, answer)`` on two plain numbers, or None when it is too close to
     call exactly (a Float comparison near math-verify's rounding, or a magnitude where a 15-digit
     Float is not exact)."""
+    if gold.kind == "sum" or answer.kind == "sum":
+        return _sums_equal(gold, answer)
     if gold.kind == "radical" or answer.kind == "radical":
         return _radicals_equal(gold, answer)
     g, a = gold.effective, answer.effective
@@ -235,6 +332,21 @@ def numbers_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
     if gold.kind == "int" and answer.kind == "int" and gold.value == answer.value:
         return True  # 50% against 50: math-verify compares the numbers before the percent sign
     return False
+
+
+def _sums_equal(gold, answer) -> Optional[bool]:
+    """Sums of rationals, square roots and multiples of pi: equal term by term (square roots of distinct
+    square-free numbers and pi are linearly independent over the rationals) is equal; values apart by
+    more than math-verify's tolerance are not. A Float or a percentage on either side: workers."""
+    g, a = _terms(gold), _terms(answer)
+    if g is None or a is None:
+        return None
+    if g == a:
+        return True
+    gv, av = gold.approx(), answer.approx()
+    if max(abs(gv), abs(av)) >= _FLOAT_MAX:
+        return None
+    return False if abs(gv - av) > float(_FLOAT_MARGIN) * max(1.0, abs(gv), abs(av)) else None
 
 
 def _radicals_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
@@ -268,7 +380,7 @@ def exact_tuple(reading: str):
         if not _TUPLE_ELEMENT.fullmatch(part):
             return None
         number = exact_number(part)
-        if number is None or number.kind == "float" or number.percent:
+        if number is None or number.kind == "float" or number.percent or _terms(number) is None:
             return None
         out.append(number)
     return tuple(out)
@@ -280,7 +392,7 @@ def tuples_equal(gold, answer) -> Optional[bool]:
     interval when it increases, a tuple otherwise, so pairs whose orders differ go to the workers."""
     if len(gold) != len(answer):
         return None
-    verdicts = [_radicals_equal(g, a) for g, a in zip(gold, answer)]
+    verdicts = [_sums_equal(g, a) for g, a in zip(gold, answer)]
     if all(v is True for v in verdicts):
         return True
     if len(gold) == 2:
