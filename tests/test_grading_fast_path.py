@@ -330,6 +330,28 @@ def test_hostile_answers_cost_little(hostile):
     assert time.perf_counter() - t0 < 2.0
 
 
+@pytest.mark.parametrize("hostile", [
+    "\\boxed{" + "1+" * 50_000 + "1}",
+    "\\boxed{(" + "1," * 50_000 + "1)}",
+    "\\boxed{\\sqrt{" + "9" * 100_000 + "}}",
+    "\\boxed{" + "\\sqrt{2}+" * 10_000 + "1}",
+    "\\boxed{\\sqrt{99999989}+\\sqrt{99999971}-1}",  # two large primes: the most trial division
+    "\\boxed{" + "{" * 30 + "1+2" + "}" * 30 + "}",
+])
+def test_hostile_sums_tuples_and_roots_cost_little(hostile):
+    """The later shapes stay bounded: too long, they state no final answer or go to the workers;
+    short, they are decided in milliseconds, as the full path decides them."""
+    t0 = time.perf_counter()
+    verdicts = [exact_verdict(hostile, gold, require_anchor) for gold in ("42", "(1, 2)", "1+\\sqrt{2}")
+                for require_anchor in (True, False)]
+    assert time.perf_counter() - t0 < 2.0
+    for verdict, gold in zip(verdicts[::2], ("42", "(1, 2)", "1+\\sqrt{2}")):
+        if verdict is not None and len(hostile) > 2000:  # a box that long is no final answer (shared extraction)
+            assert verdict == {"correct": False, "extracted": None, "gold_parsed": True}
+        elif verdict is not None:
+            assert verdict == full(hostile, gold)
+
+
 # --- through the grader's pool -------------------------------------------------------------------------
 
 def test_the_pool_answers_plain_numbers_without_its_workers():
