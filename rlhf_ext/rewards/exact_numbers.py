@@ -18,10 +18,29 @@ comma ``2,74`` has two: workers) and that reading is, in full, one of
 * a decimal: ``0.5``, ``.5``, ``-2.75``, ``1,000.5`` (at most 15 significant digits);
 * a fraction of integers: ``\\frac{3}{4}``, ``-\\frac{1}{2}``, ``\\frac{-1}{2}`` (``\\dfrac``,
   ``\\tfrac``, ``\\frac34`` after bracing), ``3/4``, ``-3/4``; a zero denominator is not;
-* a non-negative integer or decimal percentage: ``50\\%``, ``12.5%``.
+* a non-negative integer or decimal percentage: ``50\\%``, ``12.5%``;
+* an integer in degrees written ``30^\\circ`` or ``30^{\\circ}`` (math-verify's normalization drops
+  the degree mark: 30; ``30°`` is not dropped: workers);
+* a rational times a square root or pi, as a single term: ``\\sqrt{3}``, ``-2\\sqrt{3}``,
+  ``2 \\sqrt{5}``, ``\\frac{3\\sqrt{3}}{4}``, ``\\dfrac{\\sqrt{3}}{3}``, ``12\\pi``,
+  ``-\\frac{\\pi}{6}`` (sympy's exact ``Rational * sqrt(n)`` / ``Rational * pi``);
+* a sum of up to 6 such terms and integers or fractions: ``1+2\\sqrt{3}``, ``18+2\\pi``,
+  ``\\frac{1}{2}+1``, ``\\sqrt{2}-1`` (radicands up to 1e8, reduced to their square-free part);
+* a parenthesised tuple of 2 to 8 of those exact numbers (no decimals or percentages):
+  ``(8,-2)``, ``\\left( \\frac{3}{2}, -13 \\right)``, ``(-\\sqrt{3}, \\sqrt{3})``.
 
-Anything else -- ``5.``, ``1e5``, ``\\sqrt{2}``, ``x = 5``, ``30^\\circ``, ``\\text{5}``, ``$5$``,
-spaces inside, a tuple -- goes to the workers.
+Anything else -- ``5.``, ``1e5``, ``x = 5``, ``\\text{5}``, ``$5$``, ``\\frac{1}{\\sqrt{3}}``,
+``\\sqrt{3}2``, an interval with a bracket or infinity, a set, spaces inside a number -- goes to the
+workers.
+
+Roots, pi, sums and tuples (:class:`ExactSum`, :func:`exact_tuple`) are compared as math-verify's
+sympy comparison ends for exact numbers: equal values are equal (``simplify(gold - answer)`` is 0;
+square roots of distinct square-free numbers and pi are linearly independent over the rationals, so
+term-by-term equality is value equality); values apart by more than 2e-6 relative are not
+(``evalf(chop=True)`` of the difference is far from 0); closer, or against a ``Float`` or a
+percentage, goes to the workers. Tuples are equal element by element; a pair is decided only when
+both are read alike (math-verify reads an increasing pair ``(2,4)`` as an open interval and a
+decreasing one as a tuple), and tuples of different lengths go to the workers.
 
 How math-verify 0.9 compares two such numbers (``math_verify.grader.sympy_expr_eq`` and
 ``sympy_numeric_eq``, read in the installed package; each rule below is pinned by the property tests
