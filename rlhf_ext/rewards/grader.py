@@ -369,7 +369,9 @@ class MathGrader:
                 raise TypeError(f"responses[{i}] must be a str, got {type(r).__name__}")
         if not responses:
             return []
-        return [self.wait(f) for f in self._submit_many(responses, golds)]
+        # the fast path's verdicts come back as they are, without a future each
+        return [f if isinstance(f, GradeResult) else self.wait(f)
+                for f in self._submit_many(responses, golds, direct=True)]
 
     def wait(self, future: "Future[GradeResult]") -> GradeResult:
         """The result of a future from :meth:`submit`, waiting in bounded steps.
@@ -427,7 +429,9 @@ class MathGrader:
 
     # --- submission ----------------------------------------------------------------------------
 
-    def _submit_many(self, responses: Sequence[str], golds: Sequence) -> List["Future[GradeResult]"]:
+    def _submit_many(self, responses: Sequence[str], golds: Sequence, direct: bool = False) -> list:
+        """One future per sample; with ``direct``, a sample the fast path decides gets its
+        :class:`GradeResult` itself instead (a future costs a lock and a condition)."""
         self._check_process()
         # Outside the lock: the golds' answers, and the fast path's exact verdicts (string work and
         # fractions, linear in the response), so that concurrent submitters do not queue behind it.
@@ -442,10 +446,17 @@ class MathGrader:
         futures: List[Future] = []
         immediate = []  # (future, response, error): answered here, without a worker
         decided = []  # (future, GradeResult): the fast path's verdicts
+        queued = False
         with self._lock:
             if self._closed:
                 raise RuntimeError("MathGrader is closed")
             for response, gold_text, verdict in prepared:
+                if direct and verdict is not None and not self._broken:
+                    futures.append(verdict)
+                    self._stats["submitted"] += 1
+                    self._stats["fast_path"] += 1
+                    self._stats["completed"] += 1
+                    continue
                 fut: Future = Future()
                 futures.append(fut)
                 self._stats["submitted"] += 1
@@ -469,7 +480,8 @@ class MathGrader:
                 self._queue.append(task)
                 self._pending[task.id] = task
                 self._next_id += 1
-            if len(immediate) + len(decided) < len(futures):
+                queued = True
+            if queued:
                 self._ensure_thread()
                 if self._worker_may_starve():
                     self._poke()
