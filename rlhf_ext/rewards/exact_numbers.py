@@ -241,9 +241,7 @@ def _split_terms(text: str):
             term = text[start:i].strip()
             if term:
                 out.append((sign, term))
-            elif i > start or out:  # "1+-2", "1--2": workers
-                return None
-            elif c == "-" and sign == "-":
+            elif i != 0:  # two signs in a row ("1+-2", "-+1"): workers
                 return None
             sign, start = c, i + 1
     term = text[start:].strip()
