@@ -473,6 +473,17 @@ def _decide(gold_text: str, raw: str):
     return correct, normalize_answer(raw) or None
 
 
+def clear_caches() -> None:
+    """Forget every remembered gold, verdict, prepared label and answer search (a benchmark's cold
+    start; a new rollout actor starts so)."""
+    from . import extraction
+
+    for cached in (gold_number, gold_value, _decide, extraction._prepare_gold_text):
+        cached.cache_clear()
+    extraction._recent.clear()
+    extraction._recent_chars[0] = 0
+
+
 def answer_verdict(gold_text: str, raw: str, gold: Optional[ExactNumber] = None) -> Optional[Dict]:
     """:func:`exact_verdict` for a final answer already found (``raw``, as written in the response)."""
     if gold is None:
@@ -508,6 +519,6 @@ def exact_verdict(response: str, gold_text: Optional[str], require_anchor: bool 
     return answer_verdict(gold_text, candidate.raw, gold)
 
 
-__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "gold_value", "exact_tuple",
+__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "gold_value", "exact_tuple", "clear_caches",
            "tuples_equal", "answer_verdict",
            "exact_verdict"]
