@@ -440,8 +440,21 @@ def _fresh_path_pool(path: "OpenRLHFRewardPath", warm):
     scorer.reward.grader.close()
     grader = scorer.reward.grader.start()
     path.run(warm, plugin=True)
+    _all_workers_ready(grader)
     _cold_fast_path()
     return grader
+
+
+def _all_workers_ready(grader, limit_s: float = 120.0) -> None:
+    """Wait until every worker, the spare included, has started: on a loaded machine the spare's
+    start (importing math-verify and sympy, about a CPU second) otherwise lands in the measured
+    window and is counted as the reward path's CPU."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        workers = list(grader._workers)
+        if len(workers) >= grader.workers + grader.spare_workers and all(w.ready for w in workers):
+            return
+        time.sleep(0.05)
 
 
 def _cold_fast_path():
@@ -496,6 +509,7 @@ def reward_path_section(args, corpus) -> dict:
             with MathGrader(timeout=args.timeout, workers=args.workers) as g:
                 g.start()
                 g.grade_batch([t for _, t, _, _ in warm], [gg for _, _, gg, _ in warm])
+                _all_workers_ready(g)
                 _cold_fast_path()
                 pids = [w.proc.pid for w in g._workers]
                 s, c, w0 = time.perf_counter(), time.process_time(), sum(_cpu_seconds(p) for p in pids)
