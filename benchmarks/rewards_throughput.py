@@ -440,7 +440,32 @@ def _fresh_path_pool(path: "OpenRLHFRewardPath", warm):
     scorer.reward.grader.close()
     grader = scorer.reward.grader.start()
     path.run(warm, plugin=True)
+    _all_workers_ready(grader)
+    _cold_fast_path()
     return grader
+
+
+def _all_workers_ready(grader, limit_s: float = 120.0) -> None:
+    """Wait until every worker, the spare included, has started: on a loaded machine the spare's
+    start (importing math-verify and sympy, about a CPU second) otherwise lands in the measured
+    window and is counted as the reward path's CPU."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        workers = list(grader._workers)
+        if len(workers) >= grader.workers + grader.spare_workers and all(w.ready for w in workers):
+            return
+        time.sleep(0.05)
+
+
+def _cold_fast_path():
+    """The fast path's remembered golds, verdicts and answer searches are per process: forget them,
+    so each side and repetition starts as cold as a new rollout actor (the workers' caches restart
+    with the pool)."""
+    try:
+        from rlhf_ext.rewards.exact_numbers import clear_caches
+    except ImportError:  # an older tree without them
+        return
+    clear_caches()
 
 
 def reward_path_section(args, corpus) -> dict:
@@ -465,6 +490,7 @@ def reward_path_section(args, corpus) -> dict:
         agree, last_outs = {}, {}
         for rep in range(args.repeats):
             clear_cache()  # sympy's expression cache would remember the previous repetition's answers
+            _cold_fast_path()  # the baseline shares the answer search (find_answer_candidate) and its memory
             s, c = time.perf_counter(), time.process_time()
             base = [baseline_grade(t, g) for _, t, g, _ in items]
             walls["baseline"].append(time.perf_counter() - s)
@@ -483,6 +509,8 @@ def reward_path_section(args, corpus) -> dict:
             with MathGrader(timeout=args.timeout, workers=args.workers) as g:
                 g.start()
                 g.grade_batch([t for _, t, _, _ in warm], [gg for _, _, gg, _ in warm])
+                _all_workers_ready(g)
+                _cold_fast_path()
                 pids = [w.proc.pid for w in g._workers]
                 s, c, w0 = time.perf_counter(), time.process_time(), sum(_cpu_seconds(p) for p in pids)
                 g.grade_batch([t for _, t, _, _ in items], [gg for _, _, gg, _ in items])

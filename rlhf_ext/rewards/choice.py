@@ -124,9 +124,9 @@ class StructuredGold:
 def _looks_structured(gold) -> Optional[Mapping]:
     if isinstance(gold, Mapping):
         return gold
-    if isinstance(gold, str):
+    if isinstance(gold, str) and '"options"' in gold:  # (a math gold, long or short, fails here, uncopied)
         s = gold.strip()
-        if s.startswith("{") and s.endswith("}") and '"options"' in s:
+        if s.startswith("{") and s.endswith("}"):
             try:
                 value = json.loads(s)
             except json.JSONDecodeError:

@@ -38,6 +38,7 @@ Golds (:func:`prepare_gold`) may be GSM8K solutions (``... #### 18``), full MATH
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -319,6 +320,15 @@ def _answer_in_tag(tag: str) -> Optional[AnswerCandidate]:
     return None
 
 
+# The last texts searched, and what was found: the grader and the answer-format reward search the same
+# response one after the other. Bounded in entries and in characters held; cleared when full.
+_RECENT_MAX_ENTRIES = 4096
+_RECENT_MAX_CHARS = 16_000_000
+_recent: Dict[tuple, Optional[AnswerCandidate]] = {}
+_recent_chars = [0]
+_MISS = object()
+
+
 def find_answer_candidate(text: str, require_anchor: bool = True) -> Optional[AnswerCandidate]:
     """The final answer stated in ``text`` as written there, with the rule that found it; None if none.
 
@@ -329,6 +339,20 @@ def find_answer_candidate(text: str, require_anchor: bool = True) -> Optional[An
     """
     if not isinstance(text, str) or not text:
         return None
+    key = (text, bool(require_anchor))
+    found = _recent.get(key, _MISS)
+    if found is not _MISS:
+        return found
+    found = _search_answer(text, require_anchor)
+    if len(_recent) >= _RECENT_MAX_ENTRIES or _recent_chars[0] + len(text) > _RECENT_MAX_CHARS:
+        _recent.clear()  # another thread may add meanwhile: the bound is approximate, never exceeded by much
+        _recent_chars[0] = 0
+    _recent[key] = found
+    _recent_chars[0] += len(text)
+    return found
+
+
+def _search_answer(text: str, require_anchor: bool) -> Optional[AnswerCandidate]:
     tag = _last_answer_tag(text)
     if tag is not None:
         answer = _answer_in_tag(tag)
@@ -679,6 +703,12 @@ def prepare_gold(gold) -> Optional[str]:
         return text
     if not isinstance(gold, str):
         return None
+    return _prepare_gold_text(gold)
+
+
+@functools.lru_cache(maxsize=2048)
+def _prepare_gold_text(gold: str) -> Optional[str]:
+    # a GRPO group's samples share their label: its answer is found once
     text = gold.strip()
     if not text:
         return None

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Deque, Dict, List, Optional, Sequence
 
-from .exact_numbers import exact_verdict, gold_number
+from .exact_numbers import exact_verdict
 from .extraction import extract_answer, prepare_gold
 
 logger = logging.getLogger(__name__)
@@ -75,8 +75,6 @@ _HOUSEKEEPING_S = 1.0
 _STALL_MARGIN_S = _START_TIMEOUT_S + 30.0
 # How long a caller waits on the dispatcher between checks that it is still alive.
 _CALLER_POLL_S = 1.0
-# Golds remembered by the fast path (its number, or that it is none).
-_FAST_GOLD_MEMORY = 4096
 
 
 @dataclass(frozen=True)
@@ -300,7 +298,6 @@ class MathGrader:
         self._start_failures = 0
         self._bad_golds: "OrderedDict[str, str]" = OrderedDict()
         self._gold_owner: "OrderedDict[str, _Worker]" = OrderedDict()  # the worker that has a gold cached
-        self._fast_golds: "OrderedDict[str, object]" = OrderedDict()  # gold text -> ExactNumber or False
         self._stats = {"submitted": 0, "completed": 0, "timeouts": 0, "errors": 0, "workers_started": 0,
                        "workers_replaced": 0, "lost_requeued": 0, "stalled": 0, "fast_path": 0}
 
@@ -372,7 +369,9 @@ class MathGrader:
                 raise TypeError(f"responses[{i}] must be a str, got {type(r).__name__}")
         if not responses:
             return []
-        return [self.wait(f) for f in self._submit_many(responses, golds)]
+        # the fast path's verdicts come back as they are, without a future each
+        return [f if isinstance(f, GradeResult) else self.wait(f)
+                for f in self._submit_many(responses, golds, direct=True)]
 
     def wait(self, future: "Future[GradeResult]") -> GradeResult:
         """The result of a future from :meth:`submit`, waiting in bounded steps.
@@ -430,7 +429,9 @@ class MathGrader:
 
     # --- submission ----------------------------------------------------------------------------
 
-    def _submit_many(self, responses: Sequence[str], golds: Sequence) -> List["Future[GradeResult]"]:
+    def _submit_many(self, responses: Sequence[str], golds: Sequence, direct: bool = False) -> list:
+        """One future per sample; with ``direct``, a sample the fast path decides gets its
+        :class:`GradeResult` itself instead (a future costs a lock and a condition)."""
         self._check_process()
         # Outside the lock: the golds' answers, and the fast path's exact verdicts (string work and
         # fractions, linear in the response), so that concurrent submitters do not queue behind it.
@@ -445,10 +446,17 @@ class MathGrader:
         futures: List[Future] = []
         immediate = []  # (future, response, error): answered here, without a worker
         decided = []  # (future, GradeResult): the fast path's verdicts
+        queued = False
         with self._lock:
             if self._closed:
                 raise RuntimeError("MathGrader is closed")
             for response, gold_text, verdict in prepared:
+                if direct and verdict is not None and not self._broken:
+                    futures.append(verdict)
+                    self._stats["submitted"] += 1
+                    self._stats["fast_path"] += 1
+                    self._stats["completed"] += 1
+                    continue
                 fut: Future = Future()
                 futures.append(fut)
                 self._stats["submitted"] += 1
@@ -472,7 +480,8 @@ class MathGrader:
                 self._queue.append(task)
                 self._pending[task.id] = task
                 self._next_id += 1
-            if len(immediate) + len(decided) < len(futures):
+                queued = True
+            if queued:
                 self._ensure_thread()
                 if self._worker_may_starve():
                     self._poke()
@@ -493,22 +502,9 @@ class MathGrader:
             return None
         if self.test_slow_parse:
             return None  # the test hook exercises the pool itself: every sample reaches a worker
-        number = self._fast_golds.get(gold_text)
-        if number is None:
-            try:
-                number = gold_number(gold_text) or False
-            except Exception:  # never let the shortcut break a submission
-                number = False
-            self._fast_golds[gold_text] = number
-            while len(self._fast_golds) > _FAST_GOLD_MEMORY:
-                try:
-                    self._fast_golds.popitem(last=False)
-                except KeyError:  # another thread emptied it meanwhile
-                    break
-        if number is False:
-            return None
         try:
-            out = exact_verdict(response, gold_text, self.require_anchor, gold=number)
+            # golds and verdicts are remembered there (one look-up per sample of a GRPO group)
+            out = exact_verdict(response, gold_text, self.require_anchor)
         except Exception:
             return None
         if out is None:
