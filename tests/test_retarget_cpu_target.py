@@ -73,6 +73,10 @@ def test_deepspeed_builds_torchs_adamw_for_openrlhfs_adam_config(cpu):
     result = _ok(cpu["adam_optimizer"])
     assert result["optimizer"] == "AdamW" and result["is_torch_adamw"], result
     assert result["changed"] >= result["params"] // 2, result
+    # float32 (no bf16 optimizer, no ZeRO): the clip norm DeepSpeed computes is the engine's grad norm,
+    # not None (which OpenRLHF logged as actor_grad_norm 0 at every step)
+    assert result["bf16"] is False and result["expected_grad_norm"] > 0
+    assert result["grad_norm"] == pytest.approx(result["expected_grad_norm"], rel=1e-5), result
 
 
 def test_models_load_intact_under_the_shim(cpu):

@@ -224,10 +224,13 @@ def adam_optimizer():
         before = [p.detach().clone() for p in engine.module.parameters()]
         logits = engine(input_ids=torch.randint(0, 96, (2, 8))).logits
         engine.backward(logits.float().pow(2).mean())
+        grads = [p.grad.detach().float().norm() for p in engine.module.parameters() if p.grad is not None]
+        expected_norm = float(torch.stack(grads).norm())  # before clipping changes the gradients
         engine.step()
         changed = sum(not torch.equal(b, p.detach()) for b, p in zip(before, engine.module.parameters()))
         return {"optimizer": type(inner).__name__, "is_torch_adamw": isinstance(inner, AdamW),
-                "changed": changed, "params": len(before)}
+                "changed": changed, "params": len(before), "bf16": engine.bfloat16_enabled(),
+                "grad_norm": engine.get_global_grad_norm(), "expected_grad_norm": expected_norm}
     finally:
         os.environ.pop("RLHF_EXT_CPU_DTYPE", None)
 

@@ -40,6 +40,7 @@ MODULE_PATCHES: Tuple[Tuple[str, Tuple[Patch, ...]], ...] = (
     ("openrlhf.trainer.ray.vllm_engine", (ray_placement.patch_vllm_engine,)),
     ("openrlhf.cli.train_ppo_ray", (ray_placement.patch_placement_group_importer,)),
     ("vllm.model_executor.layers.utils", (vllm_cpu_weights.patch_cpu_gemm_dispatch,)),
+    ("deepspeed.runtime.engine", (cpu_dtype.patch_ds_engine,)),
 )  # fmt: skip
 """Module -> patches applied when it is imported, for the NPU and CPU targets."""
 

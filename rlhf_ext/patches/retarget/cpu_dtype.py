@@ -22,7 +22,7 @@ import logging
 from rlhf_ext.patching import ledger
 from rlhf_ext.npu.cpu_dtype import ENV_CPU_DTYPE, cpu_train_dtype
 from rlhf_ext.patches.retarget.cpu_optimizer import with_torch_adam
-from rlhf_ext.patches.retarget.guard import require
+from rlhf_ext.patches.retarget.guard import RetargetError, require
 
 logger = logging.getLogger("rlhf_ext.retarget")
 
@@ -78,6 +78,21 @@ def get_eval_ds_config(*args, **kwargs):
     return _with_cpu_dtype("get_eval_ds_config", args, kwargs)
 
 
+def clip_fp32_gradients(self):
+    """``DeepSpeedEngine.clip_fp32_gradients`` keeping the norm it computes as the engine's grad norm.
+
+    DeepSpeed's float32 path (no bf16/fp16, no ZeRO: what the CPU target trains in on a CPU without
+    native bf16) clips with ``clip_grad_norm_`` and drops its return value; the engine's
+    ``get_global_grad_norm()`` is then ``None``, which OpenRLHF logs as ``actor_grad_norm`` 0 at every
+    step, a silent wrong number. The bf16 optimizer and ZeRO record it themselves.
+    """
+    from deepspeed.runtime.utils import clip_grad_norm_
+
+    norm = clip_grad_norm_(parameters=self.module.parameters(), max_norm=self.gradient_clipping(), mpu=self.mpu)
+    self._global_grad_norm = float(norm)
+    return norm
+
+
 def rollout_dtype(dtype):
     """The vLLM ``dtype`` engine argument on the CPU target: float32 where training runs in float32."""
     asked = _PARAM_DTYPES.get(dtype) if isinstance(dtype, str) else None
@@ -102,11 +117,27 @@ def patch_ds_configs(module, backend: str) -> None:
         ledger.replace_function(module, name, replacement)
 
 
+def patch_ds_engine(module, backend: str) -> None:
+    """``deepspeed.runtime.engine``: the float32 path's gradient norm recorded (:func:`clip_fp32_gradients`)."""
+    if backend != "cpu":
+        return
+    import deepspeed.runtime.utils as ds_utils
+
+    method = require(module, "DeepSpeedEngine.clip_fp32_gradients", "CPU float32 grad norm")
+    if list(inspect.signature(method).parameters) != ["self"]:
+        raise RetargetError(f"rlhf_ext CPU float32 grad norm: DeepSpeedEngine.clip_fp32_gradients"
+                            f"{inspect.signature(method)} is not the (self) it was written for")
+    require(ds_utils, "clip_grad_norm_", "CPU float32 grad norm", params=["parameters", "max_norm", "mpu"])
+    ledger.replace_function(module.DeepSpeedEngine, "clip_fp32_gradients", clip_fp32_gradients)
+
+
 __all__ = [
+    "clip_fp32_gradients",
     "convert_to_torch_dtype",
     "get_eval_ds_config",
     "get_train_ds_config",
     "patch_ds_configs",
+    "patch_ds_engine",
     "patch_utils",
     "rollout_dtype",
     "train_dtype",
