@@ -12,15 +12,15 @@ import textwrap
 import pytest
 
 from rlhf_ext.patches.retarget.cpu_processes import (ENV_RAY_DASHBOARD, ENV_VLLM_MULTIPROCESSING, dashboard_wanted,
-                                                      ray_init_kwargs, set_cpu_process_defaults)
+                                                      prefer_single_process_vllm, ray_init_kwargs)
 
 
 def test_defaults_only_fill_what_is_unset():
     env = {}
-    set_cpu_process_defaults(env)
+    prefer_single_process_vllm(env)
     assert env == {ENV_VLLM_MULTIPROCESSING: "0"}
     kept = {ENV_VLLM_MULTIPROCESSING: "1"}
-    set_cpu_process_defaults(kept)
+    prefer_single_process_vllm(kept)
     assert kept == {ENV_VLLM_MULTIPROCESSING: "1"}
 
 

@@ -114,7 +114,7 @@ def make_llm(settings: EngineSettings):
     On CPU the engine core runs in this process unless ``VLLM_ENABLE_V1_MULTIPROCESSING`` is set
     (:mod:`rlhf_ext.npu.cpu_vllm_layout`): vLLM's CPU platform would otherwise start two more
     interpreters (engine core, and a worker for its multiprocess executor), which on a small CPU box
-    costs more than the evaluation itself (an 8-problem tiny-model run: 38 -> 28 CPU-s).
+    costs more than the evaluation itself (docs/benchmarks.md, "CPU process layout").
     """
     from vllm import LLM
 

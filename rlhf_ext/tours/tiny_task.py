@@ -235,7 +235,7 @@ def build_tiny_task(
     if verbose:
         print(f"tiny-task: SFT {sft_steps} steps (lr {sft_lr}, batch {sft_batch_size}) on {n_train} problems", flush=True)
     # One thread: the model's matrices are too small to split, and a second OpenMP thread only spins at
-    # every operator's barrier; on a busy 2-core machine that made this step 10x slower (141 s against 13 s).
+    # every operator's barrier (docs/benchmarks.md, "CPU process layout": several times slower on a busy 2-core box).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -93,7 +93,7 @@ def apply_openrlhf_retarget(backend: Optional[str] = None) -> str:
             return target
         os.environ[ENV_DEVICE] = target
         if target == "cpu":
-            cpu_processes.set_cpu_process_defaults()
+            cpu_processes.prefer_single_process_vllm()
         warn_if_untested_version()
         when_imported("torch", functools.partial(_apply_shim, target))
         for module_name, patches in MODULE_PATCHES:

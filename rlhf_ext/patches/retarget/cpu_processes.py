@@ -14,7 +14,7 @@ CPU run spends its time on. Two processes are dropped by default; both can be ke
   model runner lives in it as on a GPU, and weight sync reaches it through the same
   ``collective_rpc``. ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` keeps vLLM's CPU layout.
 * **Ray's dashboard.** A local cluster that ``ray.init`` starts runs the dashboard's head and ten
-  module processes (~13 CPU-s at start-up, measured). The CPU target's ``ray.init`` passes
+  module processes (~13 CPU-s at start-up: docs/benchmarks.md, "CPU process layout"). The CPU target's ``ray.init`` passes
   ``include_dashboard=False`` unless the caller chose; ``RLHF_EXT_RAY_DASHBOARD=1`` keeps it.
   Ray's job submission (``ray job submit``) runs on clusters started by ``ray start``, which this
   does not touch.
@@ -30,11 +30,6 @@ from typing import MutableMapping, Optional
 from rlhf_ext.npu.cpu_vllm_layout import ENV_VLLM_MULTIPROCESSING, prefer_single_process_vllm
 
 ENV_RAY_DASHBOARD = "RLHF_EXT_RAY_DASHBOARD"
-
-
-def set_cpu_process_defaults(environ: Optional[MutableMapping[str, str]] = None) -> None:
-    """Export the CPU target's defaults (only those not already set) to this process and its children."""
-    prefer_single_process_vllm(environ)
 
 
 def dashboard_wanted(environ: Optional[MutableMapping[str, str]] = None) -> bool:
@@ -56,4 +51,4 @@ def ray_init_kwargs(kwargs: dict, target: Optional[str], environ: Optional[Mutab
 
 
 __all__ = ["ENV_RAY_DASHBOARD", "ENV_VLLM_MULTIPROCESSING", "dashboard_wanted", "ray_init_kwargs",
-           "set_cpu_process_defaults"]
+           "prefer_single_process_vllm"]
