@@ -457,6 +457,19 @@ def _all_workers_ready(grader, limit_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+def _settle_gc():
+    """A full collection now, so that none lands inside the measured window: with torch, vLLM and
+    OpenRLHF imported this process holds ~390,000 objects, and one full collection of them (0.2 s here)
+    cost more than grading the whole integer corpus through the plugin (0.1 s), so whichever side it
+    hit lost (one run read 0.34 ms a sample where its neighbours read 0.12). After
+    ``gc.freeze()`` (called once after the warm-up, as vLLM's engine core freezes its start-up heap
+    with ``freeze_gc_heap``) the start-up objects are out of every later collection, so one costs
+    milliseconds; every side, the baseline included, starts its window right after one."""
+    import gc
+
+    gc.collect()
+
+
 def _cold_fast_path():
     """The fast path's remembered golds, verdicts and answer searches are per process: forget them,
     so each side and repetition starts as cold as a new rollout actor (the workers' caches restart
@@ -479,6 +492,10 @@ def reward_path_section(args, corpus) -> dict:
     warm = warm_corpus(args.data)
     for _, t, g, _ in warm:  # the sequential side warms up on the same answers
         baseline_grade(t, g)
+    import gc
+
+    gc.collect()
+    gc.freeze()  # see _settle_gc
     corpora = {"integer answers, groups of 8 (GSM8K + AIME)": integer_group_corpus(args.data),
                "groups of 8 (125 MATH-500 problems)": group_corpus(args.data),
                "MATH-500 style (1000 samples)": math500_corpus(args.data)}
@@ -491,6 +508,7 @@ def reward_path_section(args, corpus) -> dict:
         for rep in range(args.repeats):
             clear_cache()  # sympy's expression cache would remember the previous repetition's answers
             _cold_fast_path()  # the baseline shares the answer search (find_answer_candidate) and its memory
+            _settle_gc()
             s, c = time.perf_counter(), time.process_time()
             base = [baseline_grade(t, g) for _, t, g, _ in items]
             walls["baseline"].append(time.perf_counter() - s)
@@ -498,6 +516,7 @@ def reward_path_section(args, corpus) -> dict:
             for side in ("openrlhf", "plugin"):
                 grader = _fresh_path_pool(path, warm)
                 pids = [w.proc.pid for w in grader._workers]
+                _settle_gc()
                 c, w0 = time.process_time(), sum(_cpu_seconds(p) for p in pids)
                 wall, outs = path.run(items, plugin=side == "plugin")
                 last_outs[side] = outs
@@ -512,6 +531,7 @@ def reward_path_section(args, corpus) -> dict:
                 _all_workers_ready(g)
                 _cold_fast_path()
                 pids = [w.proc.pid for w in g._workers]
+                _settle_gc()
                 s, c, w0 = time.perf_counter(), time.process_time(), sum(_cpu_seconds(p) for p in pids)
                 g.grade_batch([t for _, t, _, _ in items], [gg for _, _, gg, _ in items])
                 walls["batch_api"].append(time.perf_counter() - s)
@@ -546,12 +566,15 @@ def reward_path_section(args, corpus) -> dict:
     ordinary = corpora["MATH-500 style (1000 samples)"][:63]
     hostile = [(ordinary[0][0], PATHOLOGICAL[0], "1", "pathological")]
     grader = _fresh_path_pool(path, warm)
+    _settle_gc()
     with_bad, _ = path.run(ordinary[:32] + hostile + ordinary[32:], plugin=True)
     grader = _fresh_path_pool(path, warm)
+    _settle_gc()
     without, _ = path.run(ordinary, plugin=True)
     grader.close()
     out["hostile"] = {"wall_with_s": round(with_bad, 2), "wall_without_s": round(without, 2),
                       "added_s": round(with_bad - without, 2), "limit_s": grader.timeout}
+    gc.unfreeze()  # objects frozen for the measurements are freed at exit as usual
     return out
 
 

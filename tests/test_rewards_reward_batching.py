@@ -107,3 +107,39 @@ def test_the_plugin_batches_openrlhfs_per_sample_reward_calls_with_the_same_resu
     # any other reward file goes through OpenRLHF's own method
     assert not out["plain_batched"] and [r for r, _, _ in out["plain"]] == [
         float(len(PROMPT + a + "<|im_end|>") % 3) for a in answers]
+
+
+def test_reward_func_calls_returns_what_reward_func_returns_per_call(monkeypatch):
+    """The batched reward file entry point builds every call's tensors as views of one tensor: each call
+    must still get exactly ``reward_func(*call)``'s tensors (values, dtype, shape, keys), a call of
+    several samples and a malformed call included."""
+    import torch
+
+    from rlhf_ext.rewards import openrlhf_protocol, openrlhf_reward
+
+    monkeypatch.setenv("RLHF_EXT_REWARD", "math")
+    monkeypatch.setenv("RLHF_EXT_REWARD_WORKERS", "1")
+    monkeypatch.setattr(openrlhf_protocol, "_env_scorer", None)
+    queries = [PROMPT + "z" * i + a + ("<|im_end|>" if i % 3 else "") for i, a in enumerate(ANSWERS * 2)]
+    calls = [([q], [PROMPT], ["42"]) for q in queries]
+    calls.insert(2, (queries[:3], [PROMPT] * 3, ["42", "42", "42"]))
+    calls.insert(4, (["bad"], [PROMPT], ["42", "43"]))  # lengths differ: scored 0 and reported
+    try:
+        together = openrlhf_reward.reward_func_calls(calls)
+        alone = [openrlhf_reward.reward_func(*call) for call in calls]
+    finally:
+        openrlhf_protocol.scorer_from_env().close()
+        monkeypatch.setattr(openrlhf_protocol, "_env_scorer", None)
+    assert len(together) == len(calls)
+    for got, want in zip(together, alone):
+        assert list(got["extra_logs"]) == list(want["extra_logs"])
+        for g, w in [(got["rewards"], want["rewards"]), (got["scores"], want["scores"])] + [
+                (got["extra_logs"][k], want["extra_logs"][k]) for k in want["extra_logs"]]:
+            assert g.dtype == w.dtype == torch.float32 and g.shape == w.shape and torch.equal(g, w)
+    assert together[2]["scores"].tolist() == [1.0, 0.0, 1.0]
+    assert together[4]["extra_logs"]["reward_flag/error"].tolist() == [1.0]
+    # an output that cannot go into one tensor (never from the scorer) is converted call by call
+    odd = [{"rewards": [1.0], "scores": [1.0], "extra_logs": {"a": [0.5]}},
+           {"rewards": [2.0], "scores": ["x"], "extra_logs": {}}]
+    with pytest.raises(ValueError):
+        openrlhf_reward._tensors_many(odd)

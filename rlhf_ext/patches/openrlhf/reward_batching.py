@@ -65,6 +65,8 @@ class RewardBatcher:
         self.pending.extend(zip(calls, futures))
         self.stats["calls"] += len(calls)
         self._start_batches(loop)
+        if len(futures) == 1:  # OpenRLHF's one call per sample: no gather (a future and a callback more each)
+            return [await futures[0]]
         return list(await asyncio.gather(*futures))
 
     def _start_batches(self, loop) -> None:
