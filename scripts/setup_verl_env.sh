@@ -31,6 +31,7 @@ pip install -q --no-deps verl==0.9.1
 pip install -q --no-deps trl==1.16.0
 # rlhf_ext itself without its dependencies: they are above, with math-verify on the antlr
 # runtime that hydra-core pins (math-verify's parser supports it).
-pip install -q --no-deps -e .
+. scripts/lib/editable_lock.sh
+editable_lock pip install -q --no-deps -e .
 "$VENV/bin/python" -c 'import verl, rlhf_ext, math_verify; import trl; print("ready: verl", verl.__version__, "| trl", trl.__version__, "| rlhf_ext", rlhf_ext.__version__)'
 echo "(the verl environment took $SECONDS s)"
