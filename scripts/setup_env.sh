@@ -17,9 +17,11 @@ pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 # Each step prints the seconds since setup began, so a slow machine's log shows where the time went.
 SECONDS=0
 step() { printf '\n== [%4d s] %s\n' "$SECONDS" "$*"; }
-# pip byte-compiles every file of every wheel it installs (~60,000 files over the three environments,
-# over a minute of CPU); Python compiles the modules that are really imported, once, on first use.
-export PIP_NO_COMPILE=1
+# pip byte-compiles what it installs, and that is kept on purpose: where PYTHONDONTWRITEBYTECODE is set (it is
+# on this project's CI machines) no process can write a .pyc, so every Ray actor, vLLM engine and test
+# subprocess would compile its imports again. (Beware pip's inversion: PIP_NO_COMPILE=1 *enables* compiling,
+# PIP_NO_COMPILE=0 disables it; session 7 set =1 believing the opposite, which changed nothing.) For the same
+# reason rlhf_ext itself is compiled once at the end.
 step "pip"
 pip install -q -U pip setuptools wheel
 # The side environments for the verl and MindSpeed-RL tests are independent of this one: build them in
@@ -76,6 +78,9 @@ for name in ("ShareMemCommBuilder",):
         builder.load(verbose=False)
 ' 2>&1 | grep -v -e "Setting accelerator to CPU" -e "^\[.*WARNING" || true
 "$VENV/bin/python" -c 'import torch, vllm, openrlhf, rlhf_ext; print("ready: torch", torch.__version__, "| vllm", vllm.__version__, "| rlhf_ext", rlhf_ext.__version__)'
+# rlhf_ext's own modules, compiled once (see PYTHONDONTWRITEBYTECODE above); an edited module is still
+# compiled afresh in memory (Python checks each .pyc against its source), so a stale one is never used.
+"$VENV/bin/python" -m compileall -q -j 0 rlhf_ext >/dev/null || true
 # The side environments were set up in the background meanwhile: wait, show their output, fail if they did.
 step "waiting for the side environments"
 side_rc=0; wait "$side_pid" || side_rc=$?

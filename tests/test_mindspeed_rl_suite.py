@@ -26,7 +26,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def mindspeed_env(plugin: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLHF_EXT_PLUGINS", "PYTEST_"))}
+    # PYTHONDONTWRITEBYTECODE (set on CI machines) would stop the compiled modules below from being written at all
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RLHF_EXT_PLUGINS", "PYTEST_")) and k != "PYTHONDONTWRITEBYTECODE"}
     env.update({
         # REPO: this checkout's rlhf_ext in every process (Ray workers and the upstream tests run from
         # SRC would otherwise import whichever rlhf_ext the environment has installed)
