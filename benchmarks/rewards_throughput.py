@@ -37,6 +37,7 @@ noisy: the load average is printed with the results.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -465,8 +466,6 @@ def _settle_gc():
     ``gc.freeze()`` (called once after the warm-up, as vLLM's engine core freezes its start-up heap
     with ``freeze_gc_heap``) the start-up objects are out of every later collection, so one costs
     milliseconds; every side, the baseline included, starts its window right after one."""
-    import gc
-
     gc.collect()
 
 
@@ -492,8 +491,6 @@ def reward_path_section(args, corpus) -> dict:
     warm = warm_corpus(args.data)
     for _, t, g, _ in warm:  # the sequential side warms up on the same answers
         baseline_grade(t, g)
-    import gc
-
     gc.collect()
     gc.freeze()  # see _settle_gc
     corpora = {"integer answers, groups of 8 (GSM8K + AIME)": integer_group_corpus(args.data),

@@ -19,9 +19,8 @@ SECONDS=0
 step() { printf '\n== [%4d s] %s\n' "$SECONDS" "$*"; }
 # pip byte-compiles what it installs, and that is kept on purpose: where PYTHONDONTWRITEBYTECODE is set (it is
 # on this project's CI machines) no process can write a .pyc, so every Ray actor, vLLM engine and test
-# subprocess would compile its imports again. (Beware pip's inversion: PIP_NO_COMPILE=1 *enables* compiling,
-# PIP_NO_COMPILE=0 disables it; session 7 set =1 believing the opposite, which changed nothing.) For the same
-# reason rlhf_ext itself is compiled once at the end.
+# subprocess would compile its imports again (beware pip's inversion: PIP_NO_COMPILE=1 *enables* compiling).
+# For the same reason rlhf_ext itself is compiled once at the end.
 step "pip"
 pip install -q -U pip setuptools wheel
 # The side environments for the verl and MindSpeed-RL tests are independent of this one: build them in

@@ -110,9 +110,8 @@ def test_the_plugin_batches_openrlhfs_per_sample_reward_calls_with_the_same_resu
 
 
 def test_reward_func_calls_returns_what_reward_func_returns_per_call(monkeypatch):
-    """The batched reward file entry point builds every call's tensors as views of one tensor: each call
-    must still get exactly ``reward_func(*call)``'s tensors (values, dtype, shape, keys), a call of
-    several samples and a malformed call included."""
+    """The batched reward file entry point gives each call exactly ``reward_func(*call)``'s tensors (values,
+    dtype, shape, keys), a call of several samples and a malformed call included."""
     import torch
 
     from rlhf_ext.rewards import openrlhf_protocol, openrlhf_reward

@@ -352,9 +352,7 @@ def clip_cov(
         candidates = flag(torch.gt, cov, clip_cov_lb).mul_(flag(torch.lt, cov, clip_cov_ub)).mul_(kept)
         chosen = _select_random(candidates.view(-1).bool(), max(int(clip_cov_ratio * n_tokens), 1), generator, seed)
         # the derivative where the max kept -A rho (not clipped): -A rho, times the outer clamp's derivative
-        coef = loss1 * kept
-        if in_range is not None:
-            coef.mul_(in_range)
+        coef = _times(loss1 * kept, in_range)
         # the chosen tokens are detached (verl multiplies them by 0): value and derivative 0 there, written
         # into the few positions instead of a product over every token
         value.view(-1).index_fill_(0, chosen, 0.0)
