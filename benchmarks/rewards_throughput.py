@@ -64,6 +64,7 @@ PATHOLOGICAL = [
     "We get \\boxed{3^{3^{19}}}.",
 ]
 BATCH = 64
+NOT_CORPORA = ("hostile", "gc")  # entries of the reward-path report that are not a corpus
 
 
 def _rows(data_dir, name):
@@ -491,7 +492,10 @@ def reward_path_section(args, corpus) -> dict:
     warm = warm_corpus(args.data)
     for _, t, g, _ in warm:  # the sequential side warms up on the same answers
         baseline_grade(t, g)
+    objects = len(gc.get_objects())
+    t0 = time.perf_counter()
     gc.collect()
+    full_collection_s = time.perf_counter() - t0
     gc.freeze()  # see _settle_gc
     corpora = {"integer answers, groups of 8 (GSM8K + AIME)": integer_group_corpus(args.data),
                "groups of 8 (125 MATH-500 problems)": group_corpus(args.data),
@@ -571,6 +575,7 @@ def reward_path_section(args, corpus) -> dict:
     grader.close()
     out["hostile"] = {"wall_with_s": round(with_bad, 2), "wall_without_s": round(without, 2),
                       "added_s": round(with_bad - without, 2), "limit_s": grader.timeout}
+    out["gc"] = {"objects_at_start": objects, "full_collection_s": round(full_collection_s, 3)}
     gc.unfreeze()  # objects frozen for the measurements are freed at exit as usual
     return out
 
@@ -580,7 +585,7 @@ def reward_path_goals(report: dict, timeout: float) -> dict:
     def full(fraction):
         return fraction.split("/")[0] == fraction.split("/")[1]
 
-    corpora = {k: r for k, r in report.items() if k != "hostile"}
+    corpora = {k: r for k, r in report.items() if k not in NOT_CORPORA}
     goals = {}
     integer = next((r for k, r in corpora.items() if k.startswith("integer")), None)
     if integer is not None:
@@ -614,7 +619,7 @@ def print_reward_path(report: dict, workers: int) -> None:
     print(f"{'':38s}{'samples':>8s}{'golds':>6s}{'sequential':>12s}{'OpenRLHF':>16s}{'with plugin':>16s}"
           f"{'batch API':>16s}")
     for name, r in report.items():
-        if name == "hostile":
+        if name in NOT_CORPORA:
             continue
         w, q = r["wall_s"], r["ratio"]
         print(f"{name:38s}{r['samples']:8d}{r['golds']:6d}{w['baseline']:12.2f}"
@@ -629,6 +634,8 @@ def print_reward_path(report: dict, workers: int) -> None:
         print(f"{'':38s}fast path decided {f['decided']}; on those, agreement with the full path: OpenRLHF path "
               f"{f['vs_full_path']['openrlhf']}, plugin path {f['vs_full_path']['plugin']}; with math-verify "
               f"(not rewritten): {f['vs_math_verify']['openrlhf']}, {f['vs_math_verify']['plugin']}")
+    print(f"this process before the measurements: {report['gc']['objects_at_start']:,} objects, one full garbage "
+          f"collection {report['gc']['full_collection_s']} s (then frozen out of later collections)")
     h = report["hostile"]
     print(f"64 per-sample calls (plugin path), one hostile answer among them: {h['wall_with_s']} s vs "
           f"{h['wall_without_s']} s without it (added {h['added_s']} s; limit {h['limit_s']:g} s)")
