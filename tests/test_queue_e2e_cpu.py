@@ -11,8 +11,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -121,21 +123,51 @@ def test_queue_report_without_records_says_what_is_missing(queue_run, tmp_path):
     assert "rft (pending, no record yet)" in rep.stdout and "no run of" in rep.stdout
 
 
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_processes_naming(marks):
+    """Kill the processes whose command line names one of ``marks``, and their descendants: this cluster's
+    alone: ``ray stop --force`` would kill every Ray on the machine, a developer's own cluster included."""
+    import psutil
+
+    procs = {}
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(m in " ".join(p.info["cmdline"] or []) for m in marks):
+                procs.update({q.pid: q for q in [p, *p.children(recursive=True)]})
+        except psutil.Error:
+            continue
+    for p in procs.values():  # SIGKILL, as ``ray stop --force`` does
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(list(procs.values()), timeout=30)
+
+
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster():
     ray = shutil.which("ray", path=str(Path(sys.executable).parent))
-    tmp = tmp_path_factory.mktemp("ray")
+    # short: Ray's dashboard puts AF_UNIX sockets (107 bytes at most) under the session directory in here
+    tmp = tempfile.mkdtemp(prefix="rq", dir="/tmp")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     env.pop("RAY_ADDRESS", None)
-    port = 8265 + (os.getpid() % 500)
-    start = subprocess.run([ray, "start", "--head", "--num-cpus", "1", "--include-dashboard", "true",
-                            "--dashboard-port", str(port), "--disable-usage-stats",
-                            f"--temp-dir={tmp}"], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
-    assert start.returncode == 0, start.stdout + start.stderr
+    gcs_port, dashboard_port, client_port = _free_port(), _free_port(), _free_port()
     try:
-        yield f"http://127.0.0.1:{port}", env
+        start = subprocess.run([ray, "start", "--head", "--num-cpus", "1", "--port", str(gcs_port),
+                                "--ray-client-server-port", str(client_port), "--include-dashboard", "true",
+                                "--dashboard-port", str(dashboard_port), "--disable-usage-stats",
+                                f"--temp-dir={tmp}"], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+        assert start.returncode == 0, start.stdout + start.stderr
+        yield f"http://127.0.0.1:{dashboard_port}", env
     finally:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=300)
+        # every process of this cluster names its temp dir, except the client server, which names the GCS port
+        _kill_processes_naming([tmp, f":{gcs_port} "])
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_ray_address_submits_each_run_as_a_job_with_the_same_rules(tmp_path, ray_cluster):
