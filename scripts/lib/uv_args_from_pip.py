@@ -1,0 +1,59 @@
+"""Print, one per line, the ``uv pip install`` options that make uv read the same indexes as this pip.
+
+uv does not read pip's configuration (pip.conf files, ``PIP_*`` variables). Machines of this project's
+kind point pip at local wheel folders and file:// indexes (``pip config list``), and cap versions through
+a constraints file; the setup scripts install with uv and must see the same packages. Read with the
+venv's own pip (``python -m pip config list``), the effective values of index-url, extra-index-url,
+find-links, no-index and constraint become uv's options. ``--index-strategy unsafe-best-match`` makes
+uv pick the best version across all indexes, as pip does (uv's default stops at the first index that
+has the package). pip's ``cert`` becomes nothing here: the caller exports it as ``SSL_CERT_FILE``.
+
+Usage: python uv_args_from_pip.py            (run by scripts/lib/installer.sh)
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+# pip's precedence, lowest first: a later scope's value of an option replaces an earlier one's
+SCOPES = ("global", "user", "site", "install", ":env:")
+LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint"}
+
+
+def pip_config() -> dict:
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], check=True, capture_output=True,
+                         text=True).stdout
+    values: dict = {}
+    ranked = []
+    for line in out.splitlines():
+        key, sep, raw = line.partition("=")
+        if not sep or "." not in key:
+            continue
+        scope, _, option = key.rpartition(".")
+        rank = SCOPES.index(scope) if scope in SCOPES else 0
+        ranked.append((rank, option, raw))
+    for _, option, raw in sorted(ranked, key=lambda r: r[0]):
+        try:
+            value = " ".join(shlex.split(raw))
+        except ValueError:
+            value = raw.strip("'\"")
+        values[option] = value
+    return values
+
+
+def uv_args(config: dict) -> list:
+    args = ["--index-strategy", "unsafe-best-match"]
+    if config.get("index-url"):
+        args += ["--index-url", config["index-url"]]
+    if config.get("no-index", "").lower() in ("1", "true", "yes", "on"):
+        args.append("--no-index")
+    for option, flag in LIST_OPTIONS.items():
+        for item in config.get(option, "").split():
+            args += [flag, item]
+    return args
+
+
+if __name__ == "__main__":
+    print("\n".join(uv_args(pip_config())))
