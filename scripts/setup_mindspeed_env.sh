@@ -17,10 +17,12 @@ MS_VENV=${RLHF_EXT_MINDSPEED_VENV:-.venv-mindspeed}
 printf '\n== [%4d s] MindSpeed-RL test environment (%s)\n' "$SECONDS" "$MS_VENV"
 [ -x "$MS_VENV/bin/python" ] || "$PY" -m venv "$MS_VENV"
 . scripts/lib/installer.sh
-installer_init "$MS_VENV"
+installer_init "$MS_VENV" no-compile  # tests/test_mindspeed_rl_suite.py: compiled on first import
 pkg_install -U pip setuptools wheel
 pkg_install -r scripts/requirements-mindspeed-rl.txt
 . scripts/lib/editable_lock.sh
 editable_lock pkg_install --no-deps -e .
-"$MS_VENV/bin/python" -c 'import torch, transformers, ray, rlhf_ext; print("ready (mindspeed): torch", torch.__version__, "| transformers", transformers.__version__, "| ray", ray.__version__)'
+# compiled into the folder the suite's processes read (see installer.sh), so this check's work is kept
+env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX="$(cd "$MS_VENV" && pwd)/pycache" \
+  "$MS_VENV/bin/python" -c 'import torch, transformers, ray, rlhf_ext; print("ready (mindspeed): torch", torch.__version__, "| transformers", transformers.__version__, "| ray", ray.__version__)'
 echo "(the MindSpeed-RL environment took $SECONDS s)"

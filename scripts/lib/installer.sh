@@ -1,5 +1,12 @@
-# Sourced by the setup scripts: `installer_init VENV` once, then `pkg_install ARGS...` and
-# `pkg_uninstall ARGS...` install into (remove from) VENV's Python.
+# Sourced by the setup scripts: `installer_init VENV [compile|no-compile]` once, then `pkg_install ARGS...`
+# and `pkg_uninstall ARGS...` install into (remove from) VENV's Python.
+#
+# `compile` (the default) byte-compiles what is installed. This project's machines set
+# PYTHONDONTWRITEBYTECODE=1, so no process writes a .pyc: without compiled files every Ray actor, vLLM
+# engine and test subprocess would compile its imports again. `no-compile` is for an environment whose
+# users compile into a folder of their own: the MindSpeed-RL suite's processes run with
+# PYTHONPYCACHEPREFIX (tests/test_mindspeed_rl_suite.py), which makes Python ignore the __pycache__
+# folders beside the sources, so compiling all of .venv-mindspeed at setup (~57 CPU-s) was never used.
 #
 # Why uv: pip installs one wheel after another, byte-compiles on one core and resolves slowly. The
 # three environments took ~255 s with pip on a 2-core machine (and 13 min on a slower AVX2-only one);
@@ -14,6 +21,11 @@ _INSTALLER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 installer_init() {
   INSTALLER_VENV=$1
+  case "${2:-compile}" in
+    compile) INSTALLER_COMPILE=1 ;;
+    no-compile) INSTALLER_COMPILE=0 ;;
+    *) echo "setup: installer_init: expected compile or no-compile, got '$2'" >&2; return 2 ;;
+  esac
   INSTALLER_UV=""
   INSTALLER_UV_ARGS=()
   case "${RLHF_EXT_INSTALLER:-uv}" in
@@ -39,11 +51,14 @@ installer_init() {
 
 pkg_install() {
   if [ -n "$INSTALLER_UV" ]; then
-    # --compile-bytecode: as pip does (see setup_env.sh on PYTHONDONTWRITEBYTECODE), on every core
-    "$INSTALLER_UV" pip install -q --python "$INSTALLER_VENV/bin/python" --compile-bytecode \
+    local compile=()
+    [ "$INSTALLER_COMPILE" = 1 ] && compile=(--compile-bytecode)  # uv compiles on every core
+    "$INSTALLER_UV" pip install -q --python "$INSTALLER_VENV/bin/python" "${compile[@]}" \
       "${INSTALLER_UV_ARGS[@]}" "$@"
   else
-    "$INSTALLER_VENV/bin/python" -m pip --disable-pip-version-check install -q "$@"
+    local compile=()
+    [ "$INSTALLER_COMPILE" = 1 ] || compile=(--no-compile)  # pip compiles unless told not to
+    "$INSTALLER_VENV/bin/python" -m pip --disable-pip-version-check install -q "${compile[@]}" "$@"
   fi
 }
 
