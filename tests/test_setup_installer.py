@@ -26,13 +26,15 @@ def load_translator():
 def test_pip_options_become_uv_options_in_order():
     uv_args = load_translator().uv_args
     config = {"index-url": "https://mirror/simple", "extra-index-url": "file:///a/simple file:///b/simple",
-              "find-links": "/wheels", "constraint": "/etc/c1.txt /etc/c2.txt", "cert": "/ca.pem", "timeout": "60"}
+              "find-links": "/wheels", "constraint": "/etc/c1.txt /etc/c2.txt", "cert": "/ca.pem", "timeout": "60",
+              "trusted-host": "mirror"}
     assert uv_args(config) == [
         "--index-strategy", "unsafe-best-match",
         "--index-url", "https://mirror/simple",
         "--extra-index-url", "file:///a/simple", "--extra-index-url", "file:///b/simple",
         "--find-links", "/wheels",
         "--constraint", "/etc/c1.txt", "--constraint", "/etc/c2.txt",
+        "--allow-insecure-host", "mirror",
     ]  # fmt: skip
     assert uv_args({}) == ["--index-strategy", "unsafe-best-match"]
     assert uv_args({"no-index": "true"})[-1] == "--no-index"
@@ -52,9 +54,12 @@ def test_the_translator_reads_pips_effective_configuration(tmp_path):
     env = clean_pip_env(tmp_path, "[global]\nextra-index-url = file:///a/simple file:///b/simple\n"
                                   "find-links = /global-wheels\nconstraint = /from-file.txt\n"
                                   "[install]\nfind-links = /install-wheels\n")  # fmt: skip
-    env.update(PIP_INDEX_URL="https://mirror.example/simple", PIP_CONSTRAINT="/from-env.txt")
+    env.update(PIP_INDEX_URL="https://mirror.example/simple", PIP_CONSTRAINT="/from-env.txt", PIP_CERT="/ca.pem")
     out = subprocess.run([sys.executable, str(LIB / "uv_args_from_pip.py")], env=env, capture_output=True,
                          text=True, timeout=60, check=True).stdout.split("\n")  # fmt: skip
+    cert = subprocess.run([sys.executable, str(LIB / "uv_args_from_pip.py"), "--cert"], env=env, capture_output=True,
+                          text=True, timeout=60, check=True).stdout  # fmt: skip
+    assert cert == "/ca.pem\n"
     assert [line for line in out if line] == [
         "--index-strategy", "unsafe-best-match",
         "--index-url", "https://mirror.example/simple",
@@ -106,3 +111,24 @@ def test_each_installer_really_installs_with_the_machines_indexes(installer, mod
     assert (package / "__init__.py").read_text() == "VALUE = 7\n"
     compiled = list(package.glob("__pycache__/__init__.*.pyc"))
     assert bool(compiled) == (mode == "compile"), compiled
+
+
+def test_where_uv_fails_the_install_is_done_with_pip_and_says_so(tmp_path):
+    """A uv that cannot install (here a stand-in that exits 2, as uv does on an index it cannot reach
+    through a proxy it was not told of): pip, which reads its configuration itself, installs instead."""
+    failing_uv = tmp_path / "uv"
+    failing_uv.write_text("#!/bin/sh\necho 'error: Failed to fetch' >&2\nexit 2\n")
+    failing_uv.chmod(0o755)
+    src = tmp_path / "src"
+    (src / "tinydist_fallback").mkdir(parents=True)
+    (src / "tinydist_fallback" / "__init__.py").write_text("")
+    (src / "setup.py").write_text("from setuptools import setup\nsetup(name='tinydist-fallback', version='1.0',"
+                                  " packages=['tinydist_fallback'])\n")  # fmt: skip
+    target = tmp_path / "target"
+    env = {**os.environ, "RLHF_EXT_INSTALLER": "uv", "RLHF_EXT_UV": str(failing_uv)}
+    proc = bash_with_installer(f'installer_init "{VENV}"; echo "uv=$INSTALLER_UV"; '
+                               f'pkg_install --no-deps --no-build-isolation --target "{target}" "{src}"', env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"uv={failing_uv}" in proc.stdout
+    assert "setup: uv failed (exit 2) installing --no-deps" in proc.stderr and "installing it with pip instead" in proc.stderr
+    assert (target / "tinydist_fallback" / "__init__.py").exists()

@@ -45,21 +45,31 @@ installer_init() {
   local line
   while IFS= read -r line; do INSTALLER_UV_ARGS+=("$line"); done \
     < <("$INSTALLER_VENV/bin/python" "$_INSTALLER_DIR/uv_args_from_pip.py")
-  # pip's `cert` setting, for uv's downloads (uv reads SSL_CERT_FILE)
-  if [ -z "${SSL_CERT_FILE:-}" ] && [ -n "${PIP_CERT:-}" ]; then export SSL_CERT_FILE=$PIP_CERT; fi
+  # pip's `cert` setting, for uv's downloads (uv reads SSL_CERT_FILE, and has no option for it)
+  if [ -z "${SSL_CERT_FILE:-}" ]; then
+    local cert
+    cert=$("$INSTALLER_VENV/bin/python" "$_INSTALLER_DIR/uv_args_from_pip.py" --cert)
+    if [ -n "$cert" ]; then export SSL_CERT_FILE=$cert; fi
+  fi
 }
 
 pkg_install() {
   if [ -n "$INSTALLER_UV" ]; then
-    local compile=()
+    local compile=() rc=0
     [ "$INSTALLER_COMPILE" = 1 ] && compile=(--compile-bytecode)  # uv compiles on every core
     "$INSTALLER_UV" pip install -q --python "$INSTALLER_VENV/bin/python" "${compile[@]}" \
-      "${INSTALLER_UV_ARGS[@]}" "$@"
-  else
-    local compile=()
-    [ "$INSTALLER_COMPILE" = 1 ] || compile=(--no-compile)  # pip compiles unless told not to
-    "$INSTALLER_VENV/bin/python" -m pip --disable-pip-version-check install -q "${compile[@]}" "$@"
+      "${INSTALLER_UV_ARGS[@]}" "$@" || rc=$?
+    [ "$rc" = 0 ] && return 0
+    # pip reads its configuration itself (a proxy, a client certificate: what the translation leaves out)
+    echo "setup: uv failed (exit $rc) installing $*; installing it with pip instead" >&2
   fi
+  _pip_install "$@"
+}
+
+_pip_install() {
+  local compile=()
+  [ "$INSTALLER_COMPILE" = 1 ] || compile=(--no-compile)  # pip compiles unless told not to
+  "$INSTALLER_VENV/bin/python" -m pip --disable-pip-version-check install -q "${compile[@]}" "$@"
 }
 
 pkg_uninstall() {

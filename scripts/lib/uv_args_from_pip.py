@@ -4,11 +4,13 @@ uv does not read pip's configuration (pip.conf files, ``PIP_*`` variables). Mach
 kind point pip at local wheel folders and file:// indexes (``pip config list``), and cap versions through
 a constraints file; the setup scripts install with uv and must see the same packages. Read with the
 venv's own pip (``python -m pip config list``), the effective values of index-url, extra-index-url,
-find-links, no-index and constraint become uv's options. ``--index-strategy unsafe-best-match`` makes
-uv pick the best version across all indexes, as pip does (uv's default stops at the first index that
-has the package). pip's ``cert`` becomes nothing here: the caller exports it as ``SSL_CERT_FILE``.
+find-links, no-index, constraint and trusted-host become uv's options. ``--index-strategy
+unsafe-best-match`` makes uv pick the best version across all indexes, as pip does (uv's default stops
+at the first index that has the package). uv has no option for pip's ``cert``: ``--cert`` prints it,
+and the caller exports it as ``SSL_CERT_FILE``. What is not translated (a proxy, a client certificate)
+makes uv fail where pip would not, and the caller then installs with pip.
 
-Usage: python uv_args_from_pip.py            (run by scripts/lib/installer.sh)
+Usage: python uv_args_from_pip.py [--cert]   (run by scripts/lib/installer.sh)
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import sys
 
 # pip's precedence, lowest first: a later scope's value of an option replaces an earlier one's
 SCOPES = ("global", "user", "site", "install", ":env:")
-LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint"}
+LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint",
+                "trusted-host": "--allow-insecure-host"}
 
 
 def pip_config() -> dict:
@@ -56,4 +59,10 @@ def uv_args(config: dict) -> list:
 
 
 if __name__ == "__main__":
-    print("\n".join(uv_args(pip_config())))
+    config = pip_config()
+    if sys.argv[1:] == ["--cert"]:
+        print(config.get("cert", ""))
+    elif sys.argv[1:]:
+        sys.exit(f"usage: {sys.argv[0]} [--cert]")
+    else:
+        print("\n".join(uv_args(config)))
