@@ -74,6 +74,16 @@ def bash_with_installer(script, env):
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
+def tiny_distribution(tmp_path, package):
+    """A one-module setuptools project in ``tmp_path/src`` whose package ``package`` holds ``VALUE = 7``."""
+    src = tmp_path / "src"
+    (src / package).mkdir(parents=True)
+    (src / package / "__init__.py").write_text("VALUE = 7\n")
+    (src / "setup.py").write_text(f"from setuptools import setup\nsetup(name='{package.replace('_', '-')}', "
+                                  f"version='1.0', packages=['{package}'])\n")  # fmt: skip
+    return src
+
+
 def test_an_unknown_installer_or_mode_is_refused_by_name():
     env = {**os.environ, "RLHF_EXT_INSTALLER": "conda"}
     proc = bash_with_installer(f'installer_init "{VENV}"', env)
@@ -89,11 +99,7 @@ def test_an_unknown_installer_or_mode_is_refused_by_name():
 def test_each_installer_really_installs_with_the_machines_indexes(installer, mode, tmp_path):
     """A local distribution installed with ``pkg_install`` lands, byte-compiled or not as asked, and the
     tool used is the one asked for: uv with the options read from pip's configuration, or pip itself."""
-    src = tmp_path / "src"
-    (src / "tinydist_for_installer").mkdir(parents=True)
-    (src / "tinydist_for_installer" / "__init__.py").write_text("VALUE = 7\n")
-    (src / "setup.py").write_text("from setuptools import setup\nsetup(name='tinydist-for-installer', version='1.0',"
-                                  " packages=['tinydist_for_installer'])\n")  # fmt: skip
+    src = tiny_distribution(tmp_path, "tinydist_for_installer")
     target = tmp_path / "target"
     env = {**os.environ, "RLHF_EXT_INSTALLER": installer}
     env.pop("RLHF_EXT_UV", None)
@@ -119,16 +125,13 @@ def test_where_uv_fails_the_install_is_done_with_pip_and_says_so(tmp_path):
     failing_uv = tmp_path / "uv"
     failing_uv.write_text("#!/bin/sh\necho 'error: Failed to fetch' >&2\nexit 2\n")
     failing_uv.chmod(0o755)
-    src = tmp_path / "src"
-    (src / "tinydist_fallback").mkdir(parents=True)
-    (src / "tinydist_fallback" / "__init__.py").write_text("")
-    (src / "setup.py").write_text("from setuptools import setup\nsetup(name='tinydist-fallback', version='1.0',"
-                                  " packages=['tinydist_fallback'])\n")  # fmt: skip
+    src = tiny_distribution(tmp_path, "tinydist_fallback")
     target = tmp_path / "target"
     env = {**os.environ, "RLHF_EXT_INSTALLER": "uv", "RLHF_EXT_UV": str(failing_uv)}
     proc = bash_with_installer(f'installer_init "{VENV}"; echo "uv=$INSTALLER_UV"; '
                                f'pkg_install --no-deps --no-build-isolation --target "{target}" "{src}"', env)
     assert proc.returncode == 0, proc.stderr
     assert f"uv={failing_uv}" in proc.stdout
-    assert "setup: uv failed (exit 2) installing --no-deps" in proc.stderr and "installing it with pip instead" in proc.stderr
+    assert "setup: uv failed (exit 2) installing --no-deps" in proc.stderr
+    assert "installing it with pip instead" in proc.stderr
     assert (target / "tinydist_fallback" / "__init__.py").exists()
