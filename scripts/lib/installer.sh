@@ -8,11 +8,11 @@
 # PYTHONPYCACHEPREFIX (tests/test_mindspeed_rl_suite.py), which makes Python ignore the __pycache__
 # folders beside the sources, so compiling all of .venv-mindspeed at setup (~57 CPU-s) was never used.
 #
-# Why uv: pip installs one wheel after another, byte-compiles on one core and resolves slowly. The
-# three environments took ~255 s with pip on a 2-core machine (and 13 min on a slower AVX2-only one);
-# uv downloads in parallel, links from its cache, and compiles on every core (docs/benchmarks.md,
-# "Setup with uv"). It installs the same versions: it reads pip's indexes, wheel folders and
-# constraints (scripts/lib/uv_args_from_pip.py) and picks the best version across them, as pip does.
+# Why uv: pip downloads and installs one wheel after another and resolves slowly; uv downloads in
+# parallel and links from its cache. From empty caches on a 2-core machine the three environments took
+# 256 s with pip and 209 s with uv; both spend most of it byte-compiling (docs/benchmarks.md, "Setup with
+# uv"). It installs the same versions: it reads pip's indexes, wheel folders and constraints
+# (scripts/lib/uv_args_from_pip.py) and picks the best version across them, as pip does.
 #
 # uv is installed with pip into VENV (or RLHF_EXT_UV names a uv binary). Where it cannot be had, or
 # with RLHF_EXT_INSTALLER=pip, everything is installed with pip, as before. pip stays in every VENV
