@@ -5,9 +5,22 @@ from __future__ import annotations
 
 import os
 import runpy
+import socket
 import sys
 
 import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """A function that returns a TCP port on 127.0.0.1 that was free when it was called."""
+    return _free_port
 
 
 @pytest.fixture(scope="session")

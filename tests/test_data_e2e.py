@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +20,6 @@ from rlhf_ext.tours.tiny_task import build_tiny_task
 RLHF_EXT = [sys.executable, "-m", "rlhf_ext.cli"]
 N_SAMPLES = 8
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(cmd, *, env=None, timeout=600, cwd=None):
@@ -58,7 +52,7 @@ def avg_logp_margins(model_dir: Path, pairs_file: Path):
 
 
 @pytest.fixture(scope="session")
-def pipeline(tmp_path_factory):
+def pipeline(tmp_path_factory, free_port):
     work = tmp_path_factory.mktemp("data_e2e")
     task = work / "task"
     build_tiny_task(task, n_train=48, n_eval=8, sft_steps=100, verbose=False)
@@ -82,7 +76,7 @@ def pipeline(tmp_path_factory):
                   "--ckpt.output_dir", dpo_out, "--ckpt.path", work / "dpo_ckpt",
                   "--logger.tensorboard_dir", work / "tb"],
                  env={"RLHF_EXT_DEVICE": "cpu", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}, cwd=work)
+                      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}, cwd=work)
     return {"work": work, "task": task, "sample_dir": sample_dir, "sample_out": sample.stdout, "outs": outs,
             "dpo_out": dpo_out, "train_log": train.stdout + train.stderr}
 

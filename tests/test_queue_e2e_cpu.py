@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -123,11 +122,6 @@ def test_queue_report_without_records_says_what_is_missing(queue_run, tmp_path):
     assert "rft (pending, no record yet)" in rep.stdout and "no run of" in rep.stdout
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _kill_processes_naming(marks):
     """Kill the processes whose command line names one of ``marks``, and their descendants: this cluster's
@@ -150,13 +144,13 @@ def _kill_processes_naming(marks):
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(free_port):
     ray = shutil.which("ray", path=str(Path(sys.executable).parent))
     # short: Ray's dashboard puts AF_UNIX sockets (107 bytes at most) under the session directory in here
     tmp = tempfile.mkdtemp(prefix="rq", dir="/tmp")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     env.pop("RAY_ADDRESS", None)
-    gcs_port, dashboard_port, client_port = _free_port(), _free_port(), _free_port()
+    gcs_port, dashboard_port, client_port = free_port(), free_port(), free_port()
     try:
         start = subprocess.run([ray, "start", "--head", "--num-cpus", "1", "--port", str(gcs_port),
                                 "--ray-client-server-port", str(client_port), "--include-dashboard", "true",

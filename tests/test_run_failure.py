@@ -7,7 +7,6 @@ The weight-sync rendezvous runs on a real torch TCP store; the supervisor runs r
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -29,11 +28,6 @@ from rlhf_ext.tours.smoke import run_training
 from rlhf_ext.supervision import DeathWatch, ProcessTree, failure_cause
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def test_sync_timeout_setting():
     assert sync_timeout({}) == 1800.0
@@ -43,8 +37,8 @@ def test_sync_timeout_setting():
             sync_timeout({ENV_SYNC_TIMEOUT: bad})
 
 
-def test_all_ranks_join_and_share_the_store():
-    port = _free_port()
+def test_all_ranks_join_and_share_the_store(free_port):
+    port = free_port()
     stores = {}
 
     def join(rank):
@@ -61,8 +55,8 @@ def test_all_ranks_join_and_share_the_store():
     assert stores[0].get("hello") == b"from 2"
 
 
-def test_missing_ranks_are_named_after_the_timeout():
-    port = _free_port()
+def test_missing_ranks_are_named_after_the_timeout(free_port):
+    port = free_port()
     threading.Thread(target=lambda: bounded_store("127.0.0.1", port, 1, 3, 10).set(join_key(1), "1"),
                      daemon=True).start()
     t0 = time.monotonic()
@@ -75,8 +69,8 @@ def test_missing_ranks_are_named_after_the_timeout():
     assert "OpenRLHF weight sync" in message and ENV_SYNC_TIMEOUT in message
 
 
-def test_a_dead_peer_ends_the_wait_with_its_cause_long_before_the_timeout():
-    port = _free_port()
+def test_a_dead_peer_ends_the_wait_with_its_cause_long_before_the_timeout(free_port):
+    port = free_port()
     calls = []
 
     def check():
