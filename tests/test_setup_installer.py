@@ -50,10 +50,12 @@ def clean_pip_env(tmp_path, conf_text):
 
 
 def test_the_translator_reads_pips_effective_configuration(tmp_path):
-    """Files and environment, with pip's precedence: [install] beats [global], ``PIP_*`` beats both."""
+    """Files and environment, with pip's precedence: [install] beats [global], ``PIP_*`` beats both; the
+    sections of other pip commands ([download]) are not pip install's."""
     env = clean_pip_env(tmp_path, "[global]\nextra-index-url = file:///a/simple file:///b/simple\n"
                                   "find-links = /global-wheels\nconstraint = /from-file.txt\n"
-                                  "[install]\nfind-links = /install-wheels\n")  # fmt: skip
+                                  "[install]\nfind-links = /install-wheels\n"
+                                  "[download]\ntrusted-host = only-for-pip-download\n")  # fmt: skip
     env.update(PIP_INDEX_URL="https://mirror.example/simple", PIP_CONSTRAINT="/from-env.txt", PIP_CERT="/ca.pem")
     out = subprocess.run([sys.executable, str(LIB / "uv_args_from_pip.py")], env=env, capture_output=True,
                          text=True, timeout=60, check=True).stdout.split("\n")  # fmt: skip
@@ -117,6 +119,16 @@ def test_each_installer_really_installs_with_the_machines_indexes(installer, mod
     assert (package / "__init__.py").read_text() == "VALUE = 7\n"
     compiled = list(package.glob("__pycache__/__init__.*.pyc"))
     assert bool(compiled) == (mode == "compile"), compiled
+
+
+def test_an_unreadable_pip_configuration_leaves_uv_unused(tmp_path):
+    """Without pip's indexes and constraints uv would install other builds: pip itself must then install."""
+    env = clean_pip_env(tmp_path, "[global\nfind-links = /wheels\n")  # no section header: pip cannot load it
+    env["RLHF_EXT_INSTALLER"] = "uv"
+    proc = bash_with_installer(f'installer_init "{VENV}"; echo "uv=$INSTALLER_UV"', env)
+    assert proc.returncode == 0, proc.stderr
+    assert "uv=\n" in proc.stdout
+    assert "could not read pip's configuration for uv; installing with pip instead" in proc.stderr
 
 
 def test_where_uv_fails_the_install_is_done_with_pip_and_says_so(tmp_path):

@@ -42,9 +42,14 @@ installer_init() {
     echo "setup: could not install uv; installing with pip instead (slower)" >&2
     return 0
   fi
-  local line
-  while IFS= read -r line; do INSTALLER_UV_ARGS+=("$line"); done \
-    < <("$INSTALLER_VENV/bin/python" "$_INSTALLER_DIR/uv_args_from_pip.py")
+  # without pip's indexes and constraints uv would fetch other builds (torch's CUDA wheels from PyPI)
+  local translated
+  if ! translated=$("$INSTALLER_VENV/bin/python" "$_INSTALLER_DIR/uv_args_from_pip.py"); then
+    echo "setup: could not read pip's configuration for uv; installing with pip instead" >&2
+    INSTALLER_UV=""
+    return 0
+  fi
+  mapfile -t INSTALLER_UV_ARGS <<<"$translated"
   # pip's `cert` setting, for uv's downloads (uv reads SSL_CERT_FILE, and has no option for it)
   if [ -z "${SSL_CERT_FILE:-}" ]; then
     local cert

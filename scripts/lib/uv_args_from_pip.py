@@ -19,8 +19,9 @@ import shlex
 import subprocess
 import sys
 
-# pip's precedence, lowest first: a later scope's value of an option replaces an earlier one's
-SCOPES = ("global", "user", "site", "install", ":env:")
+# What `pip install` reads, lowest precedence first: a later scope's value of an option replaces an
+# earlier one's; other sections ([download], [freeze], ...) belong to other pip commands
+SCOPES = ("global", "install", ":env:")
 LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint",
                 "trusted-host": "--allow-insecure-host"}
 
@@ -28,15 +29,13 @@ LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-li
 def pip_config() -> dict:
     out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], check=True, capture_output=True,
                          text=True).stdout
-    values: dict = {}
     ranked = []
     for line in out.splitlines():
         key, sep, raw = line.partition("=")
-        if not sep or "." not in key:
-            continue
         scope, _, option = key.rpartition(".")
-        rank = SCOPES.index(scope) if scope in SCOPES else 0
-        ranked.append((rank, option, raw))
+        if sep and scope in SCOPES:
+            ranked.append((SCOPES.index(scope), option, raw))
+    values: dict = {}
     for _, option, raw in sorted(ranked, key=lambda r: r[0]):
         try:
             value = " ".join(shlex.split(raw))
