@@ -30,6 +30,10 @@ INSTALLERS = ("pip", "uv")
 STEP = re.compile(r"^== \[\s*(\d+) s\] (.*)$")
 
 
+class SetupFailed(RuntimeError):
+    pass
+
+
 def one_setup(installer: str, where: Path) -> dict:
     clone = where / f"clone-{installer}"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -43,8 +47,9 @@ def one_setup(installer: str, where: Path) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     log = done.stdout + done.stderr
     (where / f"setup-{installer}.log").write_text(log)
-    if done.returncode != 0:
-        sys.exit(f"setup with {installer} failed (exit {done.returncode}); its log: {where}/setup-{installer}.log")
+    if done.returncode != 0:  # raised before main's cleanup, which keeps the folder and this log for it
+        raise SetupFailed(f"setup with {installer} failed (exit {done.returncode}); its log: "
+                          f"{where}/setup-{installer}.log")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     steps = [(int(m.group(1)), m.group(2)) for m in map(STEP.match, log.splitlines()) if m]
     return {"wall": wall, "cpu": cpu, "steps": steps, "clone": clone, "cache": cache}
@@ -60,6 +65,7 @@ def main(argv=None) -> int:
     where = args.keep or Path(tempfile.mkdtemp(prefix="setup-bench-", dir=REPO.parent))
     where.mkdir(parents=True, exist_ok=True)
     results = {name: [] for name in INSTALLERS}
+    failed = None
     try:
         for i in range(args.repeats):
             for name in INSTALLERS:
@@ -72,9 +78,13 @@ def main(argv=None) -> int:
                 if not args.keep:
                     shutil.rmtree(run["clone"], ignore_errors=True)
                     shutil.rmtree(run["cache"], ignore_errors=True)
+    except SetupFailed as exc:
+        failed = str(exc)
     finally:
-        if not args.keep:
+        if not args.keep and failed is None:
             shutil.rmtree(where, ignore_errors=True)
+    if failed:
+        sys.exit(failed)
     walls = {name: statistics.mean(r["wall"] for r in runs) for name, runs in results.items()}
     cpus = {name: statistics.mean(r["cpu"] for r in runs) for name, runs in results.items()}
     print(f"\n{'installer':10} {'wall s':>8} {'cpu s':>8}")
