@@ -13,7 +13,7 @@ PY=${PYTHON:-python3}
 VENV=${RLHF_EXT_VENV:-.venv}
 
 "$PY" -c 'import sys; assert sys.version_info >= (3, 10), "rlhf_ext needs Python >= 3.10"' \
-  || { echo "setup_env: $PY is older than Python 3.10" >&2; exit 1; }
+  || { echo "setup_env: $PY is missing or older than Python 3.10 (set PYTHON=python3.11)" >&2; exit 1; }
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 
 # Each step prints the seconds since setup began, so a slow machine's log shows where the time went.
