@@ -72,10 +72,14 @@ def test_bad_prompt_files_are_named_before_any_engine_starts(tiny, tmp_path, con
     _, model, _ = tiny
     bad = tmp_path / "bad.jsonl"
     bad.write_text(content)
-    proc = subprocess.run(CLI + ["--model", str(model), "--data", str(bad)], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    # a fresh interpreter, so that "transformers imported" speaks of this call alone
+    code = ("import json, sys; from rlhf_ext.cli import main; rc = main(json.loads(sys.argv[1])); "
+            "print('transformers imported:', 'transformers' in sys.modules); sys.exit(rc)")
+    argv = ["alignment", "--model", str(model), "--data", str(bad)]
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert "transformers imported: False" in proc.stdout  # named before even a tokenizer was imported
 
 
 def test_prompt_helpers(tiny, tmp_path):

@@ -222,14 +222,15 @@ def format_table(results: Sequence[Dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from transformers import AutoTokenizer
-
     started = time.time()
     try:
         prompts = load_prompts(Path(args.data), args.input_key, args.num_prompts)
     except (OSError, ValueError) as exc:
         print(f"rlhf-ext alignment: error: {exc}", file=sys.stderr)
         return 2
+    # imported after the prompt file is read: a bad file is named in a second, not after transformers' import
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     try:
         prompt_ids = tokenize_prompts(tokenizer, prompts, args.apply_chat_template)
