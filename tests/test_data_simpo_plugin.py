@@ -84,9 +84,11 @@ def test_simpo_loss_module_matches_dpo_loss_contract():
 
 
 def test_train_dpo_help_lists_the_plugin_flags():
-    out = subprocess.run(DPO + ["--plugin", "rlhf_ext", "--help"], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "--model.loss_type {dpo,ipo,simpo}" in out.stdout and "--model.simpo_gamma" in out.stdout
-    bad = subprocess.run(DPO + ["--plugin", "rlhf_ext", "--model.loss_type", "dpo", "--model.simpo_gamma", "1"],
-                         capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "--model.simpo_gamma applies to --model.loss_type simpo" in bad.stderr
+    # both CLI processes started together: each spends ~10 s importing OpenRLHF on one core
+    procs = [subprocess.Popen(DPO + ["--plugin", "rlhf_ext", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+             for argv in (["--help"], ["--model.loss_type", "dpo", "--model.simpo_gamma", "1"])]  # fmt: skip
+    (help_out, help_err), (_, bad_err) = (p.communicate(timeout=300) for p in procs)
+    assert procs[0].returncode == 0, help_err[-2000:]
+    assert "--model.loss_type {dpo,ipo,simpo}" in help_out and "--model.simpo_gamma" in help_out
+    assert procs[1].returncode == 2 and "--model.simpo_gamma applies to --model.loss_type simpo" in bad_err
