@@ -21,7 +21,6 @@ RLHF_EXT = [sys.executable, "-m", "rlhf_ext.cli"]
 N_SAMPLES = 8
 
 
-
 def _run(cmd, *, env=None, timeout=600, cwd=None):
     out = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, cwd=cwd,
                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})})

@@ -88,7 +88,11 @@ def test_train_dpo_help_lists_the_plugin_flags():
     procs = [subprocess.Popen(DPO + ["--plugin", "rlhf_ext", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
              for argv in (["--help"], ["--model.loss_type", "dpo", "--model.simpo_gamma", "1"])]  # fmt: skip
-    (help_out, help_err), (_, bad_err) = (p.communicate(timeout=300) for p in procs)
+    try:
+        (help_out, help_err), (_, bad_err) = [p.communicate(timeout=300) for p in procs]
+    finally:  # a timeout must not leave the other CLI process behind
+        for p in procs:
+            p.kill()
     assert procs[0].returncode == 0, help_err[-2000:]
     assert "--model.loss_type {dpo,ipo,simpo}" in help_out and "--model.simpo_gamma" in help_out
     assert procs[1].returncode == 2 and "--model.simpo_gamma applies to --model.loss_type simpo" in bad_err

@@ -122,7 +122,6 @@ def test_queue_report_without_records_says_what_is_missing(queue_run, tmp_path):
     assert "rft (pending, no record yet)" in rep.stdout and "no run of" in rep.stdout
 
 
-
 def _kill_processes_naming(marks):
     """Kill the processes whose command line names one of ``marks``, and their descendants: this cluster's
     alone: ``ray stop --force`` would kill every Ray on the machine, a developer's own cluster included."""

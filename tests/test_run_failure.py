@@ -28,7 +28,6 @@ from rlhf_ext.tours.smoke import run_training
 from rlhf_ext.supervision import DeathWatch, ProcessTree, failure_cause
 
 
-
 def test_sync_timeout_setting():
     assert sync_timeout({}) == 1800.0
     assert sync_timeout({ENV_SYNC_TIMEOUT: "90"}) == 90.0
