@@ -64,7 +64,7 @@ E2E_INJECTED_NOISE = "1.0@2"
 @pytest.fixture(scope="session")
 def e2e_corrected_run(e2e_task):
     """A second 2-step GRPO run on the tiny task with ``--rlhf_ext.rollout_is token`` and token_k1 rejection,
-    vLLM's log-probs perturbed by N(0, 1) from step 2 (``RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE``);
+    vLLM's log-probs lowered by |N(0, 1)| from step 2 (``RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE``);
     returns ``(workdir, exit code, console text)``, the checkpoint is ``workdir/corrected``."""
     from rlhf_ext.patches.openrlhf.rollout_correction import TEST_NOISE_ENV
     from rlhf_ext.tours.smoke import run_training, train_command

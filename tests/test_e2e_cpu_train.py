@@ -176,7 +176,7 @@ def test_the_cpu_run_trains_in_the_dtype_the_cpu_computes_natively(trained):
     announced = "training and rollouts run in float32 instead of bf16" in text
     assert announced == (expected == "fp32")
 def test_rollout_correction_on_trains_and_an_injected_mismatch_is_masked_not_guarded(e2e_corrected_run):
-    """Correction on (token TIS + token_k1 rejection in [0.5, 2]); vLLM's log-probs perturbed by N(0, 1) from
+    """Correction on (token TIS + token_k1 rejection in [0.5, 2]); vLLM's log-probs lowered by |N(0, 1)| from
     step 2 on (tests/conftest.py). Correction off is the shared run above, which trains too."""
     import json
 
@@ -194,7 +194,8 @@ def test_rollout_correction_on_trains_and_an_injected_mismatch_is_masked_not_gua
             assert f"rollout_corr/{key}" in step, sorted(step)
         assert "vllm_kl" in step and "is_filter_ratio" in step  # OpenRLHF's own two, filled as OpenRLHF fills them
         assert 0 < step["rollout_corr/ess"] <= 1 + 1e-6 and step["rollout_corr/is_max"] <= 2.0 + 1e-6
-    # step 1: vLLM vs trainer numerics only, well inside [0.5, 2]; step 2: the injected N(0, 1) noise
+    # step 1: vLLM vs trainer numerics only, well inside [0.5, 2]; step 2: the injected |N(0, 1)| drop rejects a
+    # token with P(|e| > ln 2) = 0.488 (tests/test_rollout_correction_openrlhf.py): 0.2 is 4 sd below it at 50 tokens
     assert first["rollout_corr/rejected_fraction"] < 0.05, first
     assert second["rollout_corr/rejected_fraction"] > 0.2 > first["rollout_corr/rejected_fraction"], second
     assert second["rollout_mismatch/k3_kl"] > 10 * first["rollout_mismatch/k3_kl"]

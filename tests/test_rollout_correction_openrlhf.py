@@ -148,3 +148,37 @@ def test_openrlhf_own_correction_with_top_p_is_only_warned(parse, capfd):
     args = parse("--algo.advantage.is_correction_level", "token", "--rollout.top_p", "0.9")
     assert args.rollout.top_p == 0.9
     assert "rlhf_ext: warning: rollout correction with --rollout.top_p 0.9" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("certainty", ["sure", "unsure"])
+def test_the_injected_test_mismatch_rejects_the_same_share_whatever_the_models_confidence(certainty):
+    """The e2e test's hook (RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE=SIGMA@BATCH) lowers each response token's rollout
+    log-prob by |N(0, SIGMA^2)|: a token's ratio leaves [0.5, 2] with P(|e| > ln 2) = 0.488 for SIGMA 1, for a
+    model sure of its tokens (log-prob 0) as for an unsure one. The old symmetric noise clamped at 0 gave the sure
+    model 0.244 and CI's e2e run 0.174 against its bound 0.2."""
+    from rlhf_ext.patches.openrlhf.rollout_correction import TEST_NOISE_ENV, inject_test_mismatch
+
+    B, T = 64, 64
+    lengths = torch.arange(B) % T + 1
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    lp = torch.zeros(B, T) if certainty == "sure" else torch.full((B, T), -3.0)
+    experiences = [SimpleNamespace(rollout_log_probs=lp.clone(), action_mask=mask.long())]
+
+    assert not inject_test_mismatch(experiences, 2, environ={})
+    assert not inject_test_mismatch(experiences, 1, environ={TEST_NOISE_ENV: "1.0@2"})
+    assert torch.equal(experiences[0].rollout_log_probs, lp)
+    with pytest.raises(ValueError, match=TEST_NOISE_ENV):
+        inject_test_mismatch(experiences, 2, environ={TEST_NOISE_ENV: "1.0"})
+
+    assert inject_test_mismatch(experiences, 2, environ={TEST_NOISE_ENV: "1.5@2"})
+    rollout = experiences[0].rollout_log_probs
+    drop = torch.randn(B, T, generator=torch.Generator().manual_seed(1002)).abs() * 1.5  # the hook's seed: 1000 + batch
+    assert torch.equal(rollout[mask], (lp - drop)[mask])
+    assert torch.equal(rollout[~mask], lp[~mask])  # padding untouched
+
+    experiences[0].rollout_log_probs = lp.clone()
+    inject_test_mismatch(experiences, 3, environ={TEST_NOISE_ENV: "1.0@2"})
+    res = rollout_correction(lp, experiences[0].rollout_log_probs, mask,
+                             RolloutCorrection(rejection={"token_k1": "0.5_2.0"}))
+    n = int(mask.sum())
+    assert abs(float(res.metrics["rejected_fraction"]) - 0.4882) < 4 * (0.4882 * 0.5118 / n) ** 0.5

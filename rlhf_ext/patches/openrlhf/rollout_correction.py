@@ -36,8 +36,8 @@ from typing import Dict, Optional, Tuple
 from .config import OPENRLHF_POLICY_LOSSES, setting
 
 METRIC_PREFIX = "rollout_corr/"
-# test hook (tests/test_e2e_cpu_train.py): "SIGMA@BATCH" adds N(0, SIGMA^2) to vLLM's log-probs of the
-# response tokens from rollout batch BATCH on, to inject a known rollout/training mismatch
+# test hook (tests/test_e2e_cpu_train.py): "SIGMA@BATCH" lowers vLLM's log-probs of the response tokens by
+# |N(0, SIGMA^2)| from rollout batch BATCH on, to inject a known rollout/training mismatch
 TEST_NOISE_ENV = "RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE"
 
 
@@ -198,7 +198,14 @@ def corrected_loss(fn, kwargs, correction, log_probs, old_log_probs, advantages,
 
 
 def inject_test_mismatch(experiences, batch: int, environ=None) -> bool:
-    """The test hook of :data:`TEST_NOISE_ENV` (a no-op without it); returns whether it perturbed."""
+    """The test hook of :data:`TEST_NOISE_ENV` (a no-op without it); returns whether it perturbed.
+
+    Each response token's rollout log-probability drops by ``|e|``, ``e ~ N(0, SIGMA^2)``. Lowering
+    only keeps it a log-probability (``<= 0``), and the chance that a token's ratio leaves
+    ``[1/c, c]`` is then ``P(|e| > ln c)`` whatever the model's confidence (0.488 for SIGMA 1,
+    c 2). Symmetric noise clamped at 0 depended on it: for a token the model was sure of, only
+    the negative half counted, so a confident model saw as little as half the rejections.
+    """
     import os
 
     import torch
@@ -218,6 +225,6 @@ def inject_test_mismatch(experiences, batch: int, environ=None) -> bool:
         if exp.rollout_log_probs is None:
             continue
         lp = exp.rollout_log_probs
-        noise = torch.randn(lp.shape, generator=g).to(device=lp.device, dtype=lp.dtype) * sigma
-        exp.rollout_log_probs = torch.where(exp.action_mask.bool(), (lp + noise).clamp(max=0.0), lp)
+        drop = torch.randn(lp.shape, generator=g).abs().to(device=lp.device, dtype=lp.dtype) * sigma
+        exp.rollout_log_probs = torch.where(exp.action_mask.bool(), lp - drop, lp)
     return True
