@@ -19,18 +19,26 @@ check          passes when
                groups whose rewards are all equal (``train/zero_variance_group_frac``, their
                group-normalised advantage is 0; logged for OpenRLHF's estimators and rlhf_ext's)
                stays below ``max_zero_variance`` (default 0.9), and, where logged, the mean
-               within-group reward std (``train/group_reward_std``) is above 0
+               within-group reward std (``train/group_reward_std``) is above 0. A run of under 4
+               steps (one step in the last window) that misses this is ``N/A``: one step's few groups
+               can all agree by chance
 ``reward``     the reward is not moving the wrong way: the mean of the last ``window`` steps minus
                that of the first ``window`` steps is not below -2 Welch standard errors
                (``sqrt(sd_first^2/k + sd_last^2/k)``, steps treated as independent draws; the
-               report's headline uses the same test). With ``require_rise`` it must be above +2 SE
+               report's headline uses the same test). With ``require_rise`` it must be above +2 SE.
+               Where the noise cannot be estimated -- fewer than 2 steps in a window (a run of under
+               4 steps: one step per window has no spread) or no spread in either window while the
+               means differ -- the check says ``not enough steps to judge`` (``N/A``), never FAIL
 ``mismatch``   rollout vs training mismatch stayed under its threshold: the largest
                ``rollout_mismatch/probs_diff_mean`` is at most the run's
-               ``--rlhf_ext.mismatch_threshold`` (default 0.005) and no ``mismatch_warning`` event
+               ``--rlhf_ext.mismatch_threshold`` (default 0.005) and no ``mismatch_warning`` event;
+               steps with an async policy lag (``rlhf_ext/policy_lag`` > 0) are left out: their
+               vLLM log-probs are an older policy's, so the difference includes the policy's change
 =============  =====================================================================================
 
-A check whose metric the run did not log is ``SKIP`` with what to switch on; skips do not fail the
-verdict. The verdict is ``PASS`` (exit code 0) when no check failed, else ``FAIL`` (exit code 1).
+A check whose metric the run did not log is ``SKIP`` with what to switch on, and a trend too short
+to judge is ``N/A``; neither fails the verdict. The verdict is ``PASS`` (exit code 0) when no check
+failed, else ``FAIL`` (exit code 1).
 """
 
 from __future__ import annotations
@@ -45,6 +53,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from . import runs
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+NOT_JUDGED = "N/A"  # a trend the run is too short (or too quiet) to judge: does not fail the verdict
+NOT_ENOUGH_STEPS = "not enough steps to judge"
+MIN_TREND_WINDOW = 2  # steps per window for a spread, hence a standard error
 DEFAULT_MISMATCH_THRESHOLD = 0.005  # rlhf_ext.patches.openrlhf.mismatch's default
 
 
@@ -77,10 +88,11 @@ class Verdict:
 
     def lines(self) -> List[str]:
         width = max(len(c.name) for c in self.checks)
-        out = [f"{c.status}  {c.name:<{width}}  {c.detail}" for c in self.checks]
-        counts = {s: sum(c.status == s for c in self.checks) for s in (PASS, FAIL, SKIP)}
+        out = [f"{c.status:<4}  {c.name:<{width}}  {c.detail}" for c in self.checks]
+        counts = {s: sum(c.status == s for c in self.checks) for s in (PASS, FAIL, SKIP, NOT_JUDGED)}
+        unjudged = f", {counts[NOT_JUDGED]} not judged" if counts[NOT_JUDGED] else ""
         out.append(f"verdict: {PASS if self.passed else FAIL} ({counts[PASS]} passed, {counts[FAIL]} failed, "
-                   f"{counts[SKIP]} skipped) for {self.run_dir}")
+                   f"{counts[SKIP]} skipped{unjudged}) for {self.run_dir}")
         return out
 
     def to_dict(self) -> Dict[str, Any]:
@@ -88,8 +100,12 @@ class Verdict:
                 "checks": [{"name": c.name, "status": c.status, "detail": c.detail} for c in self.checks]}
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _series(metrics: Sequence[Mapping[str, Any]], key: str) -> List[float]:
-    return [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float)) and not isinstance(m[key], bool)]
+    return [float(m[key]) for m in metrics if _number(m.get(key))]
 
 
 def _g(x: float) -> str:
@@ -167,6 +183,12 @@ def _check_advantage(metrics, opts: CheckOptions) -> Check:
         mean_std = sum(std[-k:]) / k
         parts.append(f"within-group reward std {_g(mean_std)} over the last {k} steps")
         failed |= not mean_std > 0
+    n = max(len(zv), len(std))
+    if failed and _window(n, opts.window) < MIN_TREND_WINDOW:
+        # one step's few groups can all agree by chance (4 groups of 4 samples at a 25% pass rate: 1 in 3
+        # steps); a collapse is a run that keeps them agreeing, which a run of under 4 steps cannot show
+        return Check("advantage", NOT_JUDGED, "; ".join(parts) + f": {NOT_ENOUGH_STEPS} ({n} step"
+                     f"{'s' if n != 1 else ''}; a collapse needs {MIN_TREND_WINDOW} steps in the last window)")
     return Check("advantage", FAIL if failed else PASS, "; ".join(parts))
 
 
@@ -177,15 +199,21 @@ def _check_reward(metrics, opts: CheckOptions) -> Check:
             break
     else:
         return Check("reward", SKIP, "no reward logged (train/reward, rollout/reward_mean, train/score)")
-    if len(values) < 2:
-        return Check("reward", SKIP, f"{key}: {len(values)} step, a trend needs 2")
     k = _window(len(values), opts.window)
     first, last = values[:k], values[-k:]
     a, b = statistics.fmean(first), statistics.fmean(last)
-    sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0  # noqa: E731
-    se = math.sqrt(sd(first) ** 2 / k + sd(last) ** 2 / k)
     diff = b - a
+    if k < MIN_TREND_WINDOW:
+        steps = f"{len(values)} step{'s' if len(values) != 1 else ''}"
+        return Check("reward", NOT_JUDGED,
+                     f"{key} first step {_g(a)} -> last step {_g(b)} ({diff:+.4f}): {NOT_ENOUGH_STEPS} ({steps}; "
+                     f"a trend needs {MIN_TREND_WINDOW} steps in each of the first and last windows, "
+                     f"{2 * MIN_TREND_WINDOW} steps in all, for their spread)")
+    se = math.sqrt(statistics.stdev(first) ** 2 / k + statistics.stdev(last) ** 2 / k)
     head = f"{key} first {k} steps {_g(a)} -> last {k} steps {_g(b)} ({diff:+.4f}, 2 SE = {_g(2 * se)})"
+    if se == 0 and diff != 0:
+        return Check("reward", NOT_JUDGED, head + f": {NOT_ENOUGH_STEPS} (no spread within either window, so the "
+                                                  "step-to-step noise is unknown)")
     if diff > 2 * se:
         return Check("reward", PASS, head + ": rising")
     if diff < -2 * se:
@@ -204,8 +232,15 @@ def _check_mismatch(metrics, events, config, opts: CheckOptions) -> Check:
         source = "the run's --rlhf_ext.mismatch_threshold"
         if not isinstance(threshold, (int, float)):
             threshold, source = DEFAULT_MISMATCH_THRESHOLD, "default"
-    diffs = _series(metrics, "rollout_mismatch/probs_diff_mean")
-    warnings = [ev for ev in events if ev.get("event") == "mismatch_warning"]
+    # An async run's batch may come from an older policy (rlhf_ext/policy_lag > 0): its vLLM log-probs then
+    # differ from the trainer's by the policy's own change, which is not a numerical mismatch
+    lagged = {m["step"] for m in metrics if _number(m.get(runs.POLICY_LAG)) and m[runs.POLICY_LAG] > 0}
+    diffs = _series([m for m in metrics if m["step"] not in lagged], "rollout_mismatch/probs_diff_mean")
+    warnings = [ev for ev in events if ev.get("event") == "mismatch_warning" and ev.get("step") not in lagged]
+    if lagged and not diffs and not warnings:
+        return Check("mismatch", NOT_JUDGED, f"every step with rollout_mismatch/* had a policy lag ({runs.POLICY_LAG} > 0, "
+                                             "async): its mismatch includes the policy's change; "
+                                             f"{NOT_ENOUGH_STEPS} at lag 0")
     if not diffs and not warnings:
         return Check("mismatch", SKIP, "rollout_mismatch/probs_diff_mean not logged (--rlhf_ext.mismatch_metrics)")
     parts, failed = [], False
@@ -218,6 +253,9 @@ def _check_mismatch(metrics, events, config, opts: CheckOptions) -> Check:
     if warnings:
         parts.append(f"mismatch_warning at step {warnings[0].get('step')}")
         failed = True
+    if lagged:
+        parts.append(f"{len(lagged)} step(s) with a policy lag left out (async: their mismatch includes the "
+                     "policy's change)")
     return Check("mismatch", FAIL if failed else PASS, "; ".join(parts))
 
 

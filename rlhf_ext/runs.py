@@ -43,6 +43,8 @@ OPENRLHF_PREFIXES = ("train/", "rollout/", "timing/", "eval/")
 OWN_PREFIXES = ("rlhf_ext/", "rollout_mismatch/", "rollout_corr/")
 KEPT_PREFIXES = OPENRLHF_PREFIXES + OWN_PREFIXES
 RESERVED_KEYS = ("step", "time", "elapsed_s", "nonfinite")
+POLICY_LAG = "rlhf_ext/policy_lag"  # async runs: trainer version minus the version that generated the batch (mean)
+POLICY_LAG_MAX = "rlhf_ext/policy_lag_max"
 
 END_STATUSES = ("finished", "stopped_by_guard", "crashed")
 RUNNING = "running"
@@ -260,9 +262,12 @@ def _clip(text: Any, limit: int) -> Tuple[str, int]:
 def rollout_sample_record(step: int, *, prompt: str, response: str, reward: Optional[float],
                           components: Optional[Mapping[str, Any]] = None, advantage: Optional[float] = None,
                           truncated: Optional[bool] = None, response_tokens: Optional[int] = None,
-                          label: Any = None, text_chars: int = SAMPLE_TEXT_CHARS) -> Dict[str, Any]:
+                          label: Any = None, turns: Optional[Sequence[Mapping[str, Any]]] = None,
+                          text_chars: int = SAMPLE_TEXT_CHARS) -> Dict[str, Any]:
     """One ``rollout_samples.jsonl`` line (docs/run_records.md). Texts longer than ``text_chars`` are
-    cut, the number of characters left out is under ``clipped``; non-finite numbers become ``null``."""
+    cut, the number of characters left out is under ``clipped``; non-finite numbers become ``null``.
+    ``turns`` (multi-turn agents): the segments after the prompt, ``{"role": "assistant" |
+    "environment", "text", "tokens"}`` in order; each text is cut at ``text_chars`` too."""
 
     def num(value):
         ok, number = _number(value)
@@ -281,6 +286,14 @@ def rollout_sample_record(step: int, *, prompt: str, response: str, reward: Opti
         rec["label"] = label if isinstance(label, (str, int, float, bool)) else json.dumps(label, default=str)
     if prompt_cut or response_cut:
         rec["clipped"] = {k: n for k, n in (("prompt", prompt_cut), ("response", response_cut)) if n}
+    if turns:
+        rec["turns"] = []
+        for turn in turns:
+            text, cut = _clip(turn.get("text"), text_chars)
+            entry = {"role": str(turn.get("role")), "text": text, "tokens": num(turn.get("tokens"))}
+            if cut:
+                entry["clipped"] = cut
+            rec["turns"].append(entry)
     return rec
 
 
@@ -411,6 +424,13 @@ def summarize(run_dir: os.PathLike) -> str:
         steps = sorted({r["step"] for r in samples})
         lines.append(f"  rollout samples: {len(samples)} in {ROLLOUT_SAMPLES}, steps {steps[0]}..{steps[-1]} "
                      "('rlhf-ext report' shows them)")
+    lag = [(m["step"], m[POLICY_LAG], m.get(POLICY_LAG_MAX))
+           for m in metrics if isinstance(m.get(POLICY_LAG), (int, float))]
+    if lag:  # async runs only (docs/run_records.md)
+        worst = max((x[2] if isinstance(x[2], (int, float)) else x[1]) for x in lag)
+        lines.append(f"  policy lag (async): mean {statistics.fmean(x[1] for x in lag):.3g} steps over {len(lag)} "
+                     f"steps, max {worst:g}; per step: " + ", ".join(f"{s}:{v:g}" for s, v, _ in lag[-8:])
+                     + (" ..." if len(lag) > 8 else ""))
     compute = config.get("compute") if isinstance(config.get("compute"), dict) else None
     if compute is not None and compute.get("mfu_unavailable"):
         lines.append(f"  MFU: none ({compute['mfu_unavailable']})")

@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check = sub.add_parser(
         "check",
         help="smoke verdict of a run: ended, finite, ratio near 1, advantages alive, reward direction, mismatch",
-        description="One line per check (PASS / FAIL / SKIP), then the verdict; exit code 0 when no check failed, "
+        description="One line per check (PASS / FAIL / SKIP, or N/A: a reward trend too short to judge, which "
+                    "does not fail), then the verdict; exit code 0 when no check failed, "
                     "1 when one did, 2 when RUN_DIR is not a run record. Meant for a 20-step smoke run before "
                     "the long one, e.g. as a command of a queue suite. Checks and thresholds: docs/run_records.md. "
                     "Example: rlhf-ext runs check runs/smoke/ckpt/rlhf_ext_run",

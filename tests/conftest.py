@@ -59,13 +59,20 @@ E2E_STEPS = 2
 E2E_CORRECTION_FLAGS = ("--rlhf_ext.rollout_is", "token", "--rlhf_ext.rollout_is_threshold", "2.0",
                         "--rlhf_ext.rollout_rs", "token_k1", "--rlhf_ext.rollout_rs_threshold", "0.5_2.0")
 E2E_INJECTED_NOISE = "1.0@2"
+# the hybrid-engine recipe modes the corrected run also proves (issue 38's mode matrix): sleep is turned off on
+# the CPU target with one line, vLLM samples from the merged LoRA policy, packed and dynamic micro-batches
+E2E_HYBRID_FLAGS = ("--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep",
+                    "--ds.lora.rank", "4", "--ds.lora.alpha", "8", "--ds.packing_samples",
+                    "--train.dynamic_batch_enable", "--actor.policy_loss_type", "sapo")
 
 
 @pytest.fixture(scope="session")
 def e2e_corrected_run(e2e_task):
     """A second 2-step GRPO run on the tiny task with ``--rlhf_ext.rollout_is token`` and token_k1 rejection,
-    vLLM's log-probs lowered by |N(0, 1)| from step 2 (``RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE``);
-    returns ``(workdir, exit code, console text)``, the checkpoint is ``workdir/corrected``."""
+    vLLM's log-probs lowered by |N(0, 1)| from step 2 (``RLHF_EXT_TEST_ROLLOUT_LOGPROB_NOISE``), in the
+    hybrid recipe shape of the mode matrix (``E2E_HYBRID_FLAGS``: colocate-all with sleep, LoRA, packing,
+    dynamic batches, an rlhf_ext loss; tests/test_e2e_modes.py); returns ``(workdir, exit code, console
+    text)``, the adapter is saved in ``workdir/corrected``."""
     from rlhf_ext.patches.openrlhf.rollout_correction import TEST_NOISE_ENV
     from rlhf_ext.tours.smoke import run_training, train_command
 
@@ -73,8 +80,8 @@ def e2e_corrected_run(e2e_task):
     out = work / "corrected"
     cmd = train_command(model=work / "task" / "model", prompts=work / "task" / "train.jsonl", output=out,
                         estimator="grpo", steps=E2E_STEPS, prompts_per_step=4, n_samples=4, lr=5e-4)  # fmt: skip
-    rc = run_training(cmd + list(E2E_CORRECTION_FLAGS), work / "corrected.log", timeout=900, echo=False,
-                      env={TEST_NOISE_ENV: E2E_INJECTED_NOISE})
+    rc = run_training(cmd + list(E2E_CORRECTION_FLAGS) + list(E2E_HYBRID_FLAGS), work / "corrected.log",
+                      timeout=900, echo=False, env={TEST_NOISE_ENV: E2E_INJECTED_NOISE})
     return work, rc, (work / "corrected.log").read_text()
 
 

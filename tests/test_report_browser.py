@@ -244,6 +244,14 @@ def test_short_runs_report_in_chromium_offline(report_inputs, browser, tmp_path)
             "tokens generated"
         page.select_option("#xaxis", "step")
         page.wait_for_function("() => document.body.dataset.xaxis === 'step'")
+        # the ticks plotly drew on the step axis are integers, after the switches and after a zoom to 1.5 steps
+        ticks = "() => document.getElementById('fig-dyn-reward')._fullLayout.xaxis._vals.map(v => v.x)"
+        drawn = page.evaluate(ticks)
+        assert drawn and all(float(x).is_integer() for x in drawn), drawn
+        page.evaluate("() => Plotly.relayout('fig-dyn-reward', {'xaxis.range': [1, 2.5]})")
+        page.wait_for_function("() => document.getElementById('fig-dyn-reward').layout.xaxis.dtick === 1")
+        drawn = page.evaluate(ticks)
+        assert drawn and all(float(x).is_integer() for x in drawn), drawn
 
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "report_short.png"

@@ -151,15 +151,36 @@ def test_weights_are_detached_and_metrics_report_the_mismatch():
 # --- OpenRLHF 0.11.2 parity: its PolicyLoss with is_correction_* vs rlhf_ext's ppo + this layer ----------
 
 
+# Every combination OpenRLHF 0.11.2 accepts (its PolicyLoss refuses clip with seq or a divergence, and a
+# divergence with LOW > 0), each threshold as typed on the command line: HIGH alone, LOW HIGH, LOW = 0 and
+# LOW < 0 (both "no lower bound"). The bounds make every gate filter some but not all of the batch.
 OPENRLHF_MODES = [
+    ("token", "clip", "ratio", (2.0,)),
     ("token", "clip", "ratio", (0.5, 2.0)),
+    ("token", "clip", "ratio", (0.0, 2.0)),
+    ("token", "clip", "ratio", (-1.0, 1.5)),
+    ("token", "mask", "ratio", (2.0,)),
     ("token", "mask", "ratio", (0.5, 2.0)),
+    ("token", "mask", "ratio", (-1.0, 1.5)),
+    ("seq", "mask", "ratio", (1.03,)),
     ("seq", "mask", "ratio", (0.97, 1.03)),
+    ("seq", "mask", "ratio", (0.0, 1.03)),
+    ("token", "mask", "binary_kl", (0.01,)),
     ("token", "mask", "binary_kl", (0.0, 0.01)),
-    ("seq", "mask", "binary_kl", (0.0, 0.005)),
+    ("token", "mask", "binary_kl", (-1.0, 0.01)),
+    ("seq", "mask", "binary_kl", (0.005,)),
+    ("seq", "mask", "binary_kl", (-0.5, 0.005)),
+    ("token", "mask", "tv", (0.05,)),
     ("token", "mask", "tv", (0.0, 0.05)),
+    ("token", "mask", "tv", (-0.5, 0.05)),
+    ("seq", "mask", "tv", (0.03,)),
     ("seq", "mask", "tv", (0.0, 0.03)),
 ]
+
+
+def as_openrlhf_cli_gives(threshold):
+    """What OpenRLHF 0.11.2's train_ppo_ray.py hands PolicyLoss: HIGH alone becomes [0.0, HIGH]."""
+    return [0.0, *threshold] if len(threshold) == 1 else list(threshold)
 
 
 @pytest.fixture(scope="module")
@@ -173,30 +194,55 @@ def OpenRLHFPolicyLoss():
     deactivate()
 
 
-@pytest.mark.parametrize("level,mode,gating,threshold", OPENRLHF_MODES)
-@pytest.mark.parametrize("seed", [0, 1])
-def test_parity_with_openrlhf_is_correction(OpenRLHFPolicyLoss, level, mode, gating, threshold, seed):
-    PolicyLoss = OpenRLHFPolicyLoss
-
+def _parity_batch(seed, b=8, t=12):
     g = torch.Generator().manual_seed(seed)
-    b, t = 8, 12
     old = -torch.rand(b, t, generator=g) * 2 - 0.05
     spread = torch.linspace(0.01, 0.6, b)[:, None]  # some rows close, some far: every gate splits the batch
     rollout = (old + torch.randn(b, t, generator=g) * spread).clamp(max=-1e-3)
-    logp = (old + torch.randn(b, t, generator=g) * 0.1).requires_grad_(True)
+    logp = old + torch.randn(b, t, generator=g) * 0.1
     adv = torch.randn(b, t, generator=g)
     lengths = torch.randint(1, t + 1, (b,), generator=g)
     mask = torch.arange(t)[None, :] < lengths[:, None]
-    ref = PolicyLoss(0.2, 0.2, is_correction_level=level, is_correction_mode=mode, is_correction_gating=gating,
-                     is_correction_threshold=list(threshold))
+    return old, rollout, logp, adv, mask
+
+
+def openrlhf_weights(ref, old, rollout, mask):
+    """OpenRLHF's per-token correction coefficient (0 where it drops a token), read from its own loss:
+    with log pi = log pi_old the PPO ratio is exactly 1, so the per-token loss is -A_t * coef_t and, summed
+    (batch_num_tokens=1), d loss / d A_t = -coef_t on response tokens."""
+    adv = torch.zeros_like(old, requires_grad=True)
+    loss = ref(old.clone(), old, adv, mask, rollout, batch_num_tokens=1.0)[0]
+    grad, = torch.autograd.grad(loss, adv)
+    return -grad
+
+
+@pytest.mark.parametrize("level,mode,gating,threshold", OPENRLHF_MODES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_parity_with_openrlhf_is_correction(OpenRLHFPolicyLoss, level, mode, gating, threshold, seed):
+    old, rollout, logp, adv, mask = _parity_batch(seed)
+    logp.requires_grad_(True)
+    ref = OpenRLHFPolicyLoss(0.2, 0.2, is_correction_level=level, is_correction_mode=mode,
+                             is_correction_gating=gating, is_correction_threshold=as_openrlhf_cli_gives(threshold))
+    ours = openrlhf_correction(level, mode, gating, threshold)
+    # the one-value form as typed and as OpenRLHF's CLI rewrites it configure the same correction
+    assert openrlhf_correction(level, mode, gating, as_openrlhf_cli_gives(threshold)) == ours
+    res = rollout_correction(old, rollout, mask, ours)
+
+    # the same weights and mask
+    w_ref = openrlhf_weights(ref, old, rollout, mask)
+    torch.testing.assert_close(res.weights, w_ref, rtol=1e-6, atol=0)
+    if mode == "mask":
+        assert torch.equal(res.mask, mask & (w_ref != 0))
+    else:
+        assert torch.equal(res.mask, mask)  # clip drops nothing
+
+    # the same loss, gradient, vllm_kl and is_filter_ratio
     loss_ref, _, _, vllm_kl, filt = ref(logp, old, adv, mask, rollout)
     grad_ref, = torch.autograd.grad(loss_ref, logp)
-
-    res = rollout_correction(old, rollout, mask, openrlhf_correction(level, mode, gating, threshold))
     per_token, _ = get_policy_loss("ppo")(logp, old, adv, mask, eps_low=0.2, eps_high=0.2)
-    ours = aggregate_loss(apply_rollout_correction(per_token, res), mask, "token-mean")
-    grad, = torch.autograd.grad(ours, logp)
-    torch.testing.assert_close(ours, loss_ref, rtol=1e-5, atol=1e-7)
+    loss = aggregate_loss(apply_rollout_correction(per_token, res), mask, "token-mean")
+    grad, = torch.autograd.grad(loss, logp)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(grad, grad_ref, rtol=1e-5, atol=1e-8)
     torch.testing.assert_close(res.metrics["k1_kl"].float(), vllm_kl.float(), rtol=1e-5, atol=1e-7)
     if mode == "clip":
@@ -209,9 +255,76 @@ def test_parity_with_openrlhf_is_correction(OpenRLHFPolicyLoss, level, mode, gat
     assert 0 < float(filt) < 1, "the case should filter some but not all"
 
 
-def test_openrlhf_flag_errors_match_openrlhf():
-    with pytest.raises(ValueError, match="clip requires"):
-        openrlhf_correction("seq", "clip", "ratio", (0.5, 2.0))
-    with pytest.raises(ValueError, match="upper bound only"):
-        openrlhf_correction("token", "mask", "tv", (0.5, 2.0))
+def test_one_value_threshold_hand_computed():
+    """HIGH alone is [0, HIGH]: clip truncates at HIGH only (TIS), mask drops ratios above HIGH only."""
+    old = torch.tensor([[math.log(0.5), math.log(0.5), math.log(0.5), 0.0]], dtype=torch.float64)
+    rollout = torch.tensor([[math.log(0.1), math.log(0.5), math.log(0.9), 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True, False]])  # ratios 5, 1, 5/9; last: padding
+    clip = rollout_correction(old, rollout, mask, openrlhf_correction("token", "clip", "ratio", [2.0]))
+    torch.testing.assert_close(clip.weights, torch.tensor([[2.0, 1.0, 5 / 9, 0.0]], dtype=torch.float64))
+    assert float(clip.metrics["is_truncated_fraction"]) == pytest.approx(1 / 3)
+    both = rollout_correction(old, rollout, mask, openrlhf_correction("token", "clip", "ratio", [0.8, 2.0]))
+    torch.testing.assert_close(both.weights, torch.tensor([[2.0, 1.0, 0.8, 0.0]], dtype=torch.float64))
+    icepop = rollout_correction(old, rollout, mask, openrlhf_correction("token", "mask", "ratio", [2.0]))
+    assert icepop.mask.tolist() == [[False, True, True, False]]
+    torch.testing.assert_close(icepop.weights, torch.tensor([[0.0, 1.0, 5 / 9, 0.0]], dtype=torch.float64))
+    seq = rollout_correction(old, rollout, mask, openrlhf_correction("seq", "mask", "ratio", [2.0]))
+    # geometric mean of (5, 1, 5/9) = (25/9)^(1/3) = 1.406 <= 2: the sequence stays, each token its own ratio
+    assert seq.mask.tolist() == [[True, True, True, False]]
+    torch.testing.assert_close(seq.weights, torch.tensor([[5.0, 1.0, 5 / 9, 0.0]], dtype=torch.float64))
+    tv = rollout_correction(old, rollout, mask, openrlhf_correction("token", "mask", "tv", [0.3]))
+    assert tv.mask.tolist() == [[False, True, False, False]]  # |0.1 - 0.5| = |0.9 - 0.5| = 0.4 > 0.3; 0 kept
+
+
+def test_binary_kl_rounding_below_zero_keeps_the_token(OpenRLHFPolicyLoss):
+    """The one documented difference: OpenRLHF also compares a divergence with the lower bound (0 for HIGH
+    alone), and its float32 Bernoulli KL of two nearly equal probabilities rounds below 0, so it drops tokens
+    whose policies agree. Here a divergence has an upper bound only (OpenRLHF's documented meaning)."""
+    old = torch.full((1, 4), math.log(0.3))
+    rollout = old + torch.tensor([[1e-4, -1e-4, 3e-5, 0.5]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    p, q = rollout.exp().clamp(1e-6, 1 - 1e-6), old.exp().clamp(1e-6, 1 - 1e-6)
+    kl = p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()  # as float32 computes it
+    assert (kl[0, :3] < 0).any(), "the case needs a token whose float32 KL rounds below 0"
+    ref = OpenRLHFPolicyLoss(0.2, 0.2, is_correction_level="token", is_correction_mode="mask",
+                             is_correction_gating="binary_kl", is_correction_threshold=[0.0, 0.01])
+    w_ref = openrlhf_weights(ref, old, rollout, mask)
+    res = rollout_correction(old, rollout, mask, openrlhf_correction("token", "mask", "binary_kl", [0.01]))
+    assert res.mask.tolist() == [[True, True, True, False]]  # KL(0.5 nats apart) = 0.046 > 0.01
+    assert torch.equal(w_ref[0, :3] == 0, kl[0, :3] < 0)  # OpenRLHF drops exactly the rounded-negative ones
+    agree = (kl >= 0) & res.mask
+    torch.testing.assert_close(res.weights[agree], w_ref[agree], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("level,mode,gating,threshold,message", [
+    ("seq", "clip", "ratio", (0.5, 2.0), "clip requires"),
+    ("token", "clip", "tv", (2.0,), "clip requires"),
+    ("token", "mask", "tv", (0.5, 2.0), "upper bound only"),
+    ("token", "mask", "ratio", (), "takes HIGH or LOW HIGH"),
+    ("token", "mask", "ratio", (0.5, 1.0, 2.0), "takes HIGH or LOW HIGH"),
+    ("token", "mask", "ratio", (2.0, 0.5), "lower bound 2.0 > upper bound 0.5"),
+    ("token", "clip", "ratio", (0.0,), "upper bound must be > 0"),
+    ("token", "mask", "ratio", (float("nan"),), "finite numbers"),
+    ("token", "mask", "ratio", ("x",), "finite numbers"),
+    ("tok", "mask", "ratio", (2.0,), "must be off/token/seq"),
+    ("token", "drop", "ratio", (2.0,), "must be mask/clip"),
+    ("token", "mask", "kl", (2.0,), "must be ratio/binary_kl/tv"),
+])  # fmt: skip
+def test_openrlhf_flag_errors_are_named(level, mode, gating, threshold, message):
+    with pytest.raises(ValueError, match=message):
+        openrlhf_correction(level, mode, gating, threshold)
+
+
+def test_openrlhf_off_corrects_nothing():
     assert not openrlhf_correction("off", "mask", "ratio", (0.5, 5.0)).active
+    assert not openrlhf_correction("off", "clip", "tv", (0.5, 5.0)).active  # OpenRLHF ignores the rest when off
+
+
+def test_ratio_rejection_lower_bound_zero_means_none():
+    old = torch.tensor([[0.0, 0.0]], dtype=torch.float64)
+    rollout = torch.tensor([[-30.0, 30.0]], dtype=torch.float64)  # ratios e^30 and e^-30
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    res = rollout_correction(old, rollout, mask, RolloutCorrection(rejection={"token_ratio": "0_2"}))
+    assert res.mask.tolist() == [[False, True]]
+    with pytest.raises(ValueError, match="token_ratio lower bound must be a positive"):
+        RolloutCorrection(rejection={"token_ratio": (-1.0, 2.0)})

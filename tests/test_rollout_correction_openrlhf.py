@@ -182,3 +182,81 @@ def test_the_injected_test_mismatch_rejects_the_same_share_whatever_the_models_c
                              RolloutCorrection(rejection={"token_k1": "0.5_2.0"}))
     n = int(mask.sum())
     assert abs(float(res.metrics["rejected_fraction"]) - 0.4882) < 4 * (0.4882 * 0.5118 / n) ** 0.5
+
+
+# --- OpenRLHF's flags as typed, through its real parser and post-parse code, into the actor's loss ---------
+
+RECIPE_TIS = ["--algo.advantage.estimator", "passk", "--algo.advantage.passk_k", "2", "--rollout.n_samples_per_prompt",
+              "4", "--actor.policy_loss_type", "noclip", "--algo.advantage.is_correction_level", "token",
+              "--algo.advantage.is_correction_mode", "clip", "--algo.advantage.is_correction_threshold", "2.0"]
+
+
+def actor_loss(actor_module, args):
+    """The loss the patched ActorPPOTrainer builds and configures from ``args`` (ppo_actor.py, policy_loss.py)."""
+    from rlhf_ext.patches.openrlhf.policy_loss import configure_from_args
+
+    a = args.algo.advantage
+    loss_fn = actor_module.PolicyLoss(
+        clip_eps_low=args.actor.eps_clip_low_high[0], clip_eps_high=args.actor.eps_clip_low_high[1],
+        dual_clip=args.actor.dual_clip, token_level_loss=args.actor.loss_agg_mode == "token-mean",
+        policy_loss_type=args.actor.policy_loss_type, is_correction_level=a.is_correction_level,
+        is_correction_mode=a.is_correction_mode, is_correction_gating=a.is_correction_gating,
+        is_correction_threshold=a.is_correction_threshold,
+    )  # fmt: skip
+    configure_from_args(loss_fn, args)
+    return loss_fn
+
+
+def test_recipe_tis_one_value_with_an_rlhf_ext_loss(parse, actor_module):
+    """Issue 38: this recipe failed at start-up with 'is_clamp_low must be a positive number, got 0.0'."""
+    args = parse(*RECIPE_TIS, full=True)
+    assert args.algo.advantage.is_correction_threshold == [0.0, 2.0]  # OpenRLHF's own rewrite of HIGH alone
+    loss_fn = actor_loss(actor_module, args)
+    assert loss_fn._registered_fn is not None
+    assert loss_fn.rollout_correction == (RolloutCorrection(is_level="token", is_threshold=2.0), False)
+    new, old, adv, mask, rollout = batch(5)
+    loss, _, _, vllm_kl, filt = loss_fn(new, old, adv, action_mask=mask, rollout_log_probs=rollout)
+    res = rollout_correction(old, rollout, mask, RolloutCorrection(is_level="token", is_threshold=2.0))
+    per_token, _ = get_policy_loss("noclip")(new, old, adv, mask, **loss_fn._call_kwargs)
+    torch.testing.assert_close(loss, aggregate_loss(apply_rollout_correction(per_token, res), mask, "token-mean"))
+    ratio = (old - rollout).exp()[mask]
+    assert float(filt) == pytest.approx(float((ratio > 2.0).float().mean()))  # truncated share, hand-counted
+    assert 0 < float(filt) < 1 and float(res.weights.max()) == 2.0
+
+
+@pytest.mark.parametrize("loss_type", ["noclip", "cispo"])
+@pytest.mark.parametrize("flags", [
+    ["--algo.advantage.is_correction_mode", "clip", "--algo.advantage.is_correction_threshold", "0.5", "2"],
+    ["--algo.advantage.is_correction_threshold", "2"],
+    ["--algo.advantage.is_correction_level", "seq", "--algo.advantage.is_correction_threshold", "1.2"],
+    ["--algo.advantage.is_correction_level", "seq", "--algo.advantage.is_correction_threshold", "0.8", "1.2"],
+    ["--algo.advantage.is_correction_gating", "binary_kl", "--algo.advantage.is_correction_threshold", "0.01"],
+    ["--algo.advantage.is_correction_level", "seq", "--algo.advantage.is_correction_gating", "tv",
+     "--algo.advantage.is_correction_threshold", "0", "0.05"],
+])  # fmt: skip
+def test_every_threshold_form_parses_and_configures(parse, actor_module, loss_type, flags):
+    argv = ["--algo.advantage.estimator", "maxrl", "--rollout.n_samples_per_prompt", "4", "--actor.policy_loss_type",
+            loss_type, "--algo.advantage.is_correction_level", "token", *flags]
+    args = parse(*argv, full=True)
+    a = args.algo.advantage
+    loss_fn = actor_loss(actor_module, args)
+    expected = openrlhf_correction(a.is_correction_level, a.is_correction_mode, a.is_correction_gating,
+                                   a.is_correction_threshold)
+    assert loss_fn.rollout_correction == (expected, False) and expected.active
+    new, old, adv, mask, rollout = batch(6)
+    loss = loss_fn(new, old, adv, action_mask=mask, rollout_log_probs=rollout)[0]
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--algo.advantage.is_correction_threshold", "2", "0.5"], "lower bound 2.0 > upper bound 0.5"),
+    (["--algo.advantage.is_correction_threshold", "0"], "upper bound must be > 0"),
+    (["--algo.advantage.is_correction_mode", "clip", "--algo.advantage.is_correction_gating", "tv"], "clip requires"),
+    (["--algo.advantage.is_correction_gating", "tv"], "upper bound only"),  # OpenRLHF's default band 0.5 5
+])  # fmt: skip
+def test_bad_correction_flags_with_an_rlhf_ext_loss_fail_in_the_driver(parse, capfd, flags, message):
+    with pytest.raises(SystemExit) as exc:
+        parse("--actor.policy_loss_type", "noclip", "--algo.advantage.is_correction_level", "token", *flags)
+    assert exc.value.code == 2
+    err = capfd.readouterr().err
+    assert message in err and "--algo.advantage.is_correction_" in err and "--actor.policy_loss_type noclip" in err

@@ -110,9 +110,97 @@ def test_options_flat_reward_window_and_threshold(tmp_path):
     assert statuses(verdict)["mismatch"] == "FAIL"
     assert statuses(check_run(run, CheckOptions(mismatch_threshold=1e-3)))["mismatch"] == "PASS"
     assert statuses(check_run(run, CheckOptions(require_rise=True)))["reward"] == "FAIL"
-    # a 3-step run compares its first and last single step (k halved to fit)
+    # a 3-step run: k halved to 1, one step per window, no spread to judge a trend by
     short = check_run(write_record(tmp_path / "short", [healthy_step(i) for i in range(1, 4)]))
-    assert "first 1 steps" in short.checks[4].detail
+    assert statuses(short)["reward"] == "N/A" and "first step 0.25 -> last step 0.35" in short.checks[4].detail
+
+
+def test_a_two_step_smoke_run_with_a_drop_passes_not_judged(tmp_path, capsys):
+    """Issue 38: '-0.0875, 2 SE = 0: falling' failed every 2-step smoke run whose reward happened to drop."""
+    steps = [dict(healthy_step(1), reward=0.3), dict(healthy_step(2), reward=0.2125)]
+    run = write_record(tmp_path / "two", steps)
+    verdict = check_run(run)
+    assert statuses(verdict) == {"ended": "PASS", "finite": "PASS", "ratio": "PASS", "advantage": "PASS",
+                                 "reward": "N/A", "mismatch": "PASS"}
+    assert verdict.passed
+    detail = verdict.checks[4].detail
+    assert detail.startswith("train/reward first step 0.3 -> last step 0.2125 (-0.0875): not enough steps to judge")
+    assert "(2 steps; a trend needs 2 steps in each of the first and last windows, 4 steps in all" in detail
+    # even when a rise is required: too short to say either way
+    assert check_run(run, CheckOptions(require_rise=True)).passed
+    assert main(["runs", "check", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[4].startswith("N/A   reward     train/reward first step 0.3")
+    assert out[-1].startswith("verdict: PASS (5 passed, 0 failed, 0 skipped, 1 not judged)")
+    assert main(["runs", "check", str(run), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "PASS" and data["checks"][4]["status"] == "N/A"
+    one = check_run(write_record(tmp_path / "one", steps[:1]))
+    assert statuses(one)["reward"] == "N/A" and "(1 step;" in one.checks[4].detail and one.passed
+
+
+def test_a_long_run_with_a_real_drop_still_fails(tmp_path):
+    # first 5 steps 0.60 +- (0, .02, -.02, .01, -.01): mean 0.6, SD sqrt(10e-4 / 4) = 0.01581; last 5 the same
+    # shape around 0.30: 2 SE = 2 sqrt(2 * 2.5e-4 / 5) = 0.02, and the difference -0.3 is far below -0.02
+    wiggle = [0.0, 0.02, -0.02, 0.01, -0.01]
+    rewards = [0.6 + w for w in wiggle] + [0.6 - 0.03 * i for i in range(1, 11)] + [0.3 + w for w in wiggle]
+    run = write_record(tmp_path / "drop", [dict(healthy_step(i), reward=r) for i, r in enumerate(rewards, 1)])
+    verdict = check_run(run)
+    assert len(rewards) == 20 and statuses(verdict)["reward"] == "FAIL" and not verdict.passed
+    assert "first 5 steps 0.6 -> last 5 steps 0.3 (-0.3000, 2 SE = 0.02): falling" in verdict.checks[4].detail
+    # 4 steps are enough to judge: 0.5, 0.6 | 0.2, 0.3 -> -0.3 against 2 SE = 2 sqrt(2 * 0.005 / 2) = 0.1414
+    four = check_run(write_record(tmp_path / "four", [dict(healthy_step(i), reward=r)
+                                                      for i, r in enumerate([0.5, 0.6, 0.2, 0.3], 1)]))
+    assert statuses(four)["reward"] == "FAIL" and "(-0.3000, 2 SE = 0.1414): falling" in four.checks[4].detail
+
+
+def test_a_two_step_run_whose_last_step_had_only_uniform_groups_is_not_judged_a_collapse(tmp_path):
+    """The async + agent matrix run: its 2nd step's 4 groups were all wrong (share 1.0, std 0). One step cannot
+    tell chance from a collapse; 4 steps with the last two collapsed still FAIL."""
+    steps = [healthy_step(1), dict(healthy_step(2), zero_variance_group_frac=1.0, group_reward_std=0.0)]
+    verdict = check_run(write_record(tmp_path / "two", steps))
+    assert statuses(verdict)["advantage"] == "N/A" and verdict.passed
+    assert verdict.checks[3].detail == ("zero-variance groups 100% over the last 1 steps (limit 90%); within-group "
+                                        "reward std 0 over the last 1 steps: not enough steps to judge (2 steps; "
+                                        "a collapse needs 2 steps in the last window)")
+    four = [healthy_step(1), healthy_step(2)] + [dict(healthy_step(i), zero_variance_group_frac=1.0,
+                                                      group_reward_std=0.0) for i in (3, 4)]
+    assert statuses(check_run(write_record(tmp_path / "four", four)))["advantage"] == "FAIL"
+    # a healthy 2-step run still passes the check outright
+    assert statuses(check_run(write_record(tmp_path / "ok", steps[:1] * 2)))["advantage"] == "PASS"
+
+
+def test_steps_with_an_async_policy_lag_are_left_out_of_the_mismatch_check(tmp_path):
+    """Async runs: a stale batch's vLLM log-probs are an older policy's, so its probs_diff includes the policy
+    change (0.0218 at lag 1 in the matrix run); only lag-0 steps judge the numerics."""
+    steps = [dict(healthy_step(1), **{"rlhf_ext/policy_lag": 0.0}),
+             dict(healthy_step(2), **{"rollout_mismatch/probs_diff_mean": 0.0218, "rlhf_ext/policy_lag": 1.0})]
+    warn = [("mismatch_warning", 2, {"metric": "rollout_mismatch/probs_diff_mean", "value": 0.0218})]
+    verdict = check_run(write_record(tmp_path / "async", steps, events=warn))
+    assert statuses(verdict)["mismatch"] == "PASS", verdict.lines()
+    assert verdict.checks[5].detail.endswith("at most 0.0002 (step 1; threshold 0.005, the run's "
+                                             "--rlhf_ext.mismatch_threshold); 1 step(s) with a policy lag left "
+                                             "out (async: their mismatch includes the policy's change)")
+    # the same mismatch at lag 0 is a numerical mismatch: FAIL
+    synced = [dict(s, **{"rlhf_ext/policy_lag": 0.0}) for s in steps]
+    assert statuses(check_run(write_record(tmp_path / "sync", synced, events=warn)))["mismatch"] == "FAIL"
+    # every mismatch step lagged: nothing to judge the numerics on
+    lagged = [dict(s, **{"rlhf_ext/policy_lag": 1.0}) for s in steps]
+    only = check_run(write_record(tmp_path / "lagged", lagged))
+    assert statuses(only)["mismatch"] == "N/A" and only.passed
+
+
+def test_windows_without_spread(tmp_path):
+    # 0.5 x 4 then 0.25 x 4: the means differ but neither window varies, so the noise is unknown
+    step_change = [dict(healthy_step(i), reward=0.5 if i <= 4 else 0.25) for i in range(1, 9)]
+    verdict = check_run(write_record(tmp_path / "step", step_change))
+    assert statuses(verdict)["reward"] == "N/A" and verdict.passed
+    assert verdict.checks[4].detail.endswith("(-0.2500, 2 SE = 0): not enough steps to judge (no spread within "
+                                             "either window, so the step-to-step noise is unknown)")
+    # the same reward at every step is flat, and certainly no rise
+    constant = write_record(tmp_path / "constant", [dict(healthy_step(i), reward=0.5) for i in range(1, 9)])
+    assert "flat within the step-to-step noise" in check_run(constant).checks[4].detail
+    assert statuses(check_run(constant, CheckOptions(require_rise=True)))["reward"] == "FAIL"
 
 
 def test_command_exit_codes_json_and_errors(tmp_path, capsys):

@@ -179,12 +179,23 @@ def parse_is_threshold(spec: Threshold) -> Tuple[Optional[float], float]:
     return low, high
 
 
+def _ratio_lower_bound(value, option: str) -> float:
+    """A ratio's lower bound: positive, or exactly 0 for "no lower bound" (a ratio is never below 0)."""
+    try:
+        if float(value) == 0.0:
+            return 0.0
+    except (TypeError, ValueError):
+        pass
+    return _positive(value, f"{option} lower bound")
+
+
 def rejection_bounds(option: str, spec: Threshold) -> Bounds:
     """``(low, high)`` for ``option`` (``low`` ``None`` for upper-bound-only statistics).
 
     Two-sided options take ``(lo, hi)`` / ``"lo_hi"``, or ``hi`` alone meaning ``lo = 1/hi``
     (verl's rule for k1). The k1 options' bounds are on ``exp(k1) = pi_rollout / pi_old``
-    and compared in log space, as verl does.
+    and compared in log space, as verl does. Their bounds are on a ratio, so ``lo = 0`` means
+    no lower bound (OpenRLHF's one-value ``is_correction_threshold HIGH`` is ``[0, HIGH]``).
     """
     if option not in REJECTION_OPTIONS:
         raise ValueError(f"unknown rejection option {option!r}; choose from {', '.join(REJECTION_OPTIONS)}")
@@ -195,7 +206,7 @@ def rejection_bounds(option: str, spec: Threshold) -> Bounds:
         if pair is None:
             high = _positive(spec, f"{option} threshold")
             return 1.0 / high, high
-        low, high = _positive(pair[0], f"{option} lower bound"), _positive(pair[1], f"{option} upper bound")
+        low, high = _ratio_lower_bound(pair[0], option), _positive(pair[1], f"{option} upper bound")
         if low > high:
             raise ValueError(f"{option}: lower bound {low} > upper bound {high}")
         return low, high
@@ -276,7 +287,7 @@ def _rejection_keep(option, bounds, d, train_lp, rollout_lp, mask, metrics):
         stat = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m).unsqueeze(-1)
     # where the bounds are ratios, compare in log space (k1 = -log ratio, ratio via log ratio)
     if kind in ("k1", "ratio"):
-        keep = (stat >= math.log(low)) & (stat <= math.log(high))
+        keep = (stat >= (math.log(low) if low > 0 else -math.inf)) & (stat <= math.log(high))
     else:
         keep = stat <= high
     keep = keep.expand_as(mask) & mask
@@ -427,14 +438,49 @@ def apply_rollout_correction(per_token_loss: torch.Tensor, result: CorrectionRes
 # --- OpenRLHF 0.11.2's --algo.advantage.is_correction_* in these terms ---------------------------
 
 
-def openrlhf_correction(level: str, mode: str, gating: str, threshold: Sequence[float]) -> RolloutCorrection:
-    """The correction OpenRLHF 0.11.2's ``PolicyLoss`` applies for its flags (``models/loss.py``):
+def openrlhf_thresholds(threshold) -> Tuple[float, float]:
+    """``(low, high)`` of ``--algo.advantage.is_correction_threshold``: ``HIGH`` alone is ``[0, HIGH]``
+    (OpenRLHF 0.11.2's ``train_ppo_ray.py`` inserts the 0.0), ``LOW HIGH`` as given.
 
-    * ``mode=clip`` (token level, ratio gating): the token ratio clamped to ``[low, high]``;
+    Refused with one line: no value or more than two, a non-number, a non-finite bound, ``HIGH <= 0``
+    (every token would be dropped) and ``LOW > HIGH`` (OpenRLHF accepts these and drops everything).
+    """
+    if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
+        threshold = [threshold]
+    values = list(threshold) if isinstance(threshold, (list, tuple)) else None
+    if not values or len(values) > 2:
+        raise ValueError(f"is_correction_threshold takes HIGH or LOW HIGH, got {threshold!r}")
+    try:
+        numbers = [float(v) for v in values if not isinstance(v, bool)]
+    except (TypeError, ValueError):
+        numbers = []
+    if len(numbers) != len(values) or not all(math.isfinite(v) for v in numbers):
+        raise ValueError(f"is_correction_threshold takes finite numbers, got {threshold!r}")
+    low, high = (0.0, numbers[0]) if len(numbers) == 1 else (numbers[0], numbers[1])
+    if not high > 0:
+        raise ValueError(f"is_correction_threshold: the upper bound must be > 0, got {high} (it would drop every token)")
+    if low > high:
+        raise ValueError(f"is_correction_threshold: lower bound {low} > upper bound {high} (it would drop every token)")
+    return low, high
+
+
+def openrlhf_correction(level: str, mode: str, gating: str, threshold) -> RolloutCorrection:
+    """The correction OpenRLHF 0.11.2's ``PolicyLoss`` applies for its flags (``models/loss.py``);
+    ``threshold`` is ``[HIGH]`` or ``[LOW, HIGH]`` (:func:`openrlhf_thresholds`):
+
+    * ``mode=clip`` (token level, ratio gating): the token ratio clamped to ``[low, high]``
+      (``low <= 0``: truncated at ``high`` only, TIS);
     * ``mode=mask``: survivors keep their *untruncated* token ratio; the gate drops tokens
       (``level=token``) or whole sequences (``level=seq``, on the ratio's geometric mean or the
-      divergence's mean) whose statistic is outside ``[low, high]``. Divergence gates
-      (``binary_kl``, ``tv``) take an upper bound only (``low <= 0``).
+      divergence's mean) whose statistic is outside ``[low, high]`` (``low <= 0`` on the ratio:
+      no lower bound, as a ratio is never negative). Divergence gates (``binary_kl``, ``tv``)
+      take an upper bound only (``low <= 0``, else refused as OpenRLHF refuses it).
+
+    One deliberate difference: OpenRLHF compares a divergence with ``low`` too, and in float32 its
+    Bernoulli KL of two nearly equal probabilities rounds below 0 (about -1e-7) on a good share of
+    tokens, so with ``low = 0`` (the one-value form) it drops tokens whose policies *agree*. Here a
+    divergence has an upper bound only, as OpenRLHF's help documents ("a trust region, upper bound
+    only"); the results are otherwise identical (tests/test_rollout_correction.py).
     """
     if level == "off":
         return RolloutCorrection()
@@ -444,14 +490,16 @@ def openrlhf_correction(level: str, mode: str, gating: str, threshold: Sequence[
         raise ValueError(f"is_correction_mode must be mask/clip, got {mode!r}")
     if gating not in ("ratio", "binary_kl", "tv"):
         raise ValueError(f"is_correction_gating must be ratio/binary_kl/tv, got {gating!r}")
-    low, high = float(threshold[0]), float(threshold[1])
+    if mode == "clip" and (level != "token" or gating != "ratio"):
+        raise ValueError("is_correction_mode=clip requires is_correction_level=token and is_correction_gating=ratio")
+    low, high = openrlhf_thresholds(threshold)
     if mode == "clip":
-        if level != "token" or gating != "ratio":
-            raise ValueError("is_correction_mode=clip requires is_correction_level=token and is_correction_gating=ratio")
-        return RolloutCorrection(is_level="token", is_threshold=high, is_clamp_low=low)
+        return RolloutCorrection(is_level="token", is_threshold=high, is_clamp_low=low if low > 0 else None)
     prefix = "token" if level == "token" else "seq_mean"
     if gating == "ratio":
-        return RolloutCorrection(is_level="token", is_threshold=None, rejection={f"{prefix}_ratio": (low, high)})
+        return RolloutCorrection(is_level="token", is_threshold=None,
+                                 rejection={f"{prefix}_ratio": (max(low, 0.0), high)})
     if low > 0:
-        raise ValueError(f"is_correction_gating={gating} takes an upper bound only (a single delta)")
+        raise ValueError(f"is_correction_gating={gating} takes an upper bound only (a single delta): give "
+                         f"is_correction_threshold HIGH, not the lower bound {low}")
     return RolloutCorrection(is_level="token", is_threshold=None, rejection={f"{prefix}_{gating}": high})

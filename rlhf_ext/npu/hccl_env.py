@@ -8,7 +8,12 @@ with HCCL timeouts that have nothing to do with a fault. Ascend's own RL stack (
 ``configs/envs/runtime_env.yaml``) raises the same two and turns on expandable segments.
 
 Every value here can be overridden by setting the variable, and ``RLHF_EXT_HCCL_DEFAULTS=0``
-turns all of them off.
+turns all of them off. With ``RLHF_EXT_NPU_SLEEP_MODE=1`` (set by the OpenRLHF plugin's driver for
+``--vllm.enable_sleep``, :mod:`rlhf_ext.patches.openrlhf.sleep_mode`, and carried to every Ray
+worker like every ``RLHF_EXT_*`` variable) the allocator default is ``expandable_segments:False``:
+vllm-ascend's sleep-mode allocator refuses expandable segments (``CaMemAllocator.__init__`` in
+``vllm_ascend/device_allocator/camem.py`` asserts ``"expandable_segments:True" not in
+PYTORCH_NPU_ALLOC_CONF``; the cause is pytorch/pytorch#147851).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ import os
 from typing import Dict, MutableMapping, Optional
 
 ENV_SWITCH = "RLHF_EXT_HCCL_DEFAULTS"
+SLEEP_MODE_ENV = "RLHF_EXT_NPU_SLEEP_MODE"
+ALLOC_CONF = "PYTORCH_NPU_ALLOC_CONF"
+SLEEP_MODE_ALLOC_CONF = "expandable_segments:False"
+_applied_here: Dict[str, str] = {}  # what apply_hccl_defaults set in os.environ of this process
 
 HCCL_DEFAULTS: Dict[str, str] = {
     # seconds to establish a communicator: covers ranks that are still loading models
@@ -49,7 +58,15 @@ def hccl_env_defaults() -> Dict[str, str]:
     """The defaults rlhf_ext applies on NPU (a copy; empty when ``RLHF_EXT_HCCL_DEFAULTS=0``)."""
     if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
         return {}
-    return dict(HCCL_DEFAULTS)
+    defaults = dict(HCCL_DEFAULTS)
+    if os.environ.get(SLEEP_MODE_ENV) == "1":
+        defaults[ALLOC_CONF] = SLEEP_MODE_ALLOC_CONF
+    return defaults
+
+
+def applied_defaults() -> Dict[str, str]:
+    """The defaults :func:`apply_hccl_defaults` set in this process's ``os.environ`` (a copy)."""
+    return dict(_applied_here)
 
 
 def apply_hccl_defaults(env: Optional[MutableMapping[str, str]] = None) -> Dict[str, str]:
@@ -60,7 +77,10 @@ def apply_hccl_defaults(env: Optional[MutableMapping[str, str]] = None) -> Dict[
         if name not in target:
             target[name] = value
             applied[name] = value
+    if env is None:
+        _applied_here.update(applied)
     return applied
 
 
-__all__ = ["ENV_DOCS", "ENV_SWITCH", "HCCL_DEFAULTS", "apply_hccl_defaults", "hccl_env_defaults"]
+__all__ = ["ENV_DOCS", "ENV_SWITCH", "HCCL_DEFAULTS", "SLEEP_MODE_ENV", "applied_defaults", "apply_hccl_defaults",
+           "hccl_env_defaults"]

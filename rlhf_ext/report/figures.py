@@ -50,6 +50,49 @@ def _template():
     ))
 
 
+STEP_TICKS = 8
+"""About this many ticks on a step axis."""
+
+
+def step_dtick(span: float) -> int:
+    """An integer tick spacing (1, 2, 5 x 10^k) giving about :data:`STEP_TICKS` ticks over ``span`` steps.
+
+    Plotly's automatic ticks go to 0.5 and 0.25 on a short range (a 3-step run showed 1.5, 2.5);
+    steps are integers, so the spacing is never below 1.
+    """
+    raw = max(float(span), 1.0) / STEP_TICKS
+    if raw <= 1:
+        return 1
+    magnitude = 10 ** int(np.floor(np.log10(raw)))
+    for mult in (1, 2, 5, 10):
+        if mult * magnitude >= raw:
+            return int(mult * magnitude)
+    return int(10 * magnitude)  # pragma: no cover (the loop ends at 10)
+
+
+def step_axis(steps) -> dict:
+    """Layout of a step x axis over ``steps`` (any iterable of step numbers): integer ticks only
+    (``tickmode="linear"`` from 0 with an integer spacing; the page recomputes the spacing when zoomed)."""
+    values = [float(v) for v in steps]
+    span = (max(values) - min(values)) if values else 1.0
+    return dict(title=dict(text="step", standoff=4), tickmode="linear", tick0=0, dtick=step_dtick(span))
+
+
+def y_axis(title: str, scale: str = "", values=()) -> dict:
+    """Layout of a y axis: ``scale="share"`` is [0, 1] when every value lies in it (a constant 0 share is
+    no longer drawn on plotly's [-1, 1]); ``"nonnegative"`` starts at 0 (``rangemode``)."""
+    axis = dict(title=dict(text=title))
+    if scale == "share":
+        finite = [v for v in (float(x) for x in values) if np.isfinite(v)]
+        if all(0.0 <= v <= 1.0 for v in finite):  # else not a share after all: plotly's autorange
+            axis.update(range=[0, 1], autorange=False)
+    elif scale == "nonnegative":
+        finite = [v for v in (float(x) for x in values) if np.isfinite(v)]
+        if not finite or min(finite) >= 0:
+            axis.update(rangemode="nonnegative")
+    return axis
+
+
 def b64_f32(values) -> str:
     return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
 
@@ -88,6 +131,8 @@ def dynamics_figure(data: PanelData, runs: Sequence[RunRecord], colors: Sequence
     fig = go.Figure()
     smooth_idx: List[int] = []
     ys: Dict[str, List[str]] = {str(w): [] for w in windows}
+    all_steps: List[np.ndarray] = []
+    all_values: List[np.ndarray] = []
     for i, keys in data.keys.items():
         run = runs[i]
         for j, key in enumerate(keys):
@@ -95,6 +140,8 @@ def dynamics_figure(data: PanelData, runs: Sequence[RunRecord], colors: Sequence
                 continue
             steps, y = run.series(key)
             wall = run.series(key, "wall")[0] / unit
+            all_steps.append(steps)
+            all_values.append(y)
             n = len(y)
             label = panel.line_labels[j] if j < len(panel.line_labels) else ""
             name = f"{run.name} {label}".strip()
@@ -135,11 +182,17 @@ def dynamics_figure(data: PanelData, runs: Sequence[RunRecord], colors: Sequence
     fig.update_layout(
         template=_template(), title=dict(text=panel.title, x=0.01, font=dict(size=14)), height=340,
         margin=dict(l=60, r=15, t=40, b=40), hovermode="x unified",
-        xaxis=dict(title=dict(text="step", standoff=4)), yaxis=dict(title=dict(text=panel.y_title)),
+        xaxis=step_axis(np.concatenate(all_steps) if all_steps else ()),
+        yaxis=y_axis(panel.y_title, panel.y_scale, np.concatenate(all_values) if all_values else ()),
         legend=dict(orientation="h", yanchor="top", y=-0.24, x=0, font=dict(size=11)),
     )
     div_id = f"fig-dyn-{panel.id}"
     return DynamicsFigure(div_id=div_id, figure=fig, smoothing={"traces": smooth_idx, "ys": ys})
+
+
+def _trace_steps(fig) -> List[float]:
+    """Every x value of ``fig``'s traces (steps, for the figures drawn on a step axis)."""
+    return [float(x) for trace in fig.data if trace.x is not None for x in np.asarray(trace.x).ravel()]
 
 
 def _nonfinite_markers(run: RunRecord, steps: np.ndarray, y: np.ndarray, bad: Sequence[int], unit: float):
@@ -190,7 +243,7 @@ def eval_figures(points: Sequence[EvalPoint], runs: Sequence[RunRecord], colors:
                 continue
             fig.update_layout(
                 template=_template(), title=dict(text=f"{task}: {label}", x=0.01, font=dict(size=14)), height=320,
-                margin=dict(l=60, r=15, t=40, b=40), xaxis=dict(title=dict(text="step", standoff=4)),
+                margin=dict(l=60, r=15, t=40, b=40), xaxis=step_axis(_trace_steps(fig)),
                 yaxis=dict(title=dict(text=f"{label} (%)")),
                 legend=dict(orientation="h", yanchor="top", y=-0.24, x=0, font=dict(size=11)))
             out.append((f"fig-eval-{t_index}-{metric.replace('@', '')}", fig))
@@ -259,7 +312,7 @@ def seed_group_figures(data, colors: Sequence[str]) -> List[Tuple[str, object]]:
             template=_template(), height=340, margin=dict(l=60, r=15, t=40, b=40),
             title=dict(text=f"Seed groups: {data.metric_label} (moving average {window}), mean and range of seeds",
                        x=0.01, font=dict(size=14)),
-            xaxis=dict(title=dict(text="step", standoff=4)), yaxis=dict(title=dict(text=data.metric_label)),
+            xaxis=step_axis(_trace_steps(fig)), yaxis=dict(title=dict(text=data.metric_label)),
             legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, font=dict(size=11)))
         out.append(("fig-groups-curve", fig))
     fig = go.Figure()
@@ -302,7 +355,7 @@ def training_eval_figures(runs: Sequence[RunRecord], colors: Sequence[str]) -> L
                                      hovertemplate="step %{x}: %{y:.4g}"))
         fig.update_layout(
             template=_template(), title=dict(text=f"{key} (OpenRLHF, during training)", x=0.01, font=dict(size=14)),
-            height=320, margin=dict(l=60, r=15, t=40, b=40), xaxis=dict(title=dict(text="step", standoff=4)),
+            height=320, margin=dict(l=60, r=15, t=40, b=40), xaxis=step_axis(_trace_steps(fig)),
             yaxis=dict(title=dict(text=key.split("/", 1)[1])),
             legend=dict(orientation="h", yanchor="top", y=-0.24, x=0, font=dict(size=11)))
         out.append((f"fig-traineval-{n}", fig))

@@ -7,7 +7,7 @@ checkpoints (bands = bootstrap 95% intervals) with the paired-comparison table, 
 notes about the data (unreadable lines, evaluations that match no run).
 
 File size: plotly.js is ~4.8 MB; the data adds at most about 0.5 MB per run for 10,000 steps
-(16 panels x (800 raw + 400 smoothed points + 9 moving-average windows), float32) and the sample
+(17 panels x (800 raw + 400 smoothed points + 9 moving-average windows), float32) and the sample
 viewer at most :data:`.samples.SAMPLE_BUDGET_BYTES` (2 MiB) in all, so a report of 10 runs x 10,000
 steps with their rollout samples stays under :data:`SIZE_BOUND_BYTES` (tested).
 """
@@ -206,7 +206,7 @@ _JS = """
     for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     return new Float32Array(bytes.buffer);
   }
-  var stepX = {}, stepNum = {}, knots = {};
+  var stepX = {}, stepNum = {}, knots = {}, stepTicks = {};
   // budget axes: a run's cumulative samples / tokens at a step, linear between the stored knots
   function toBudget(run, mode, steps) {
     var out = new Array(steps.length);
@@ -240,7 +240,12 @@ _JS = """
       });
       Plotly.restyle(gd, {x: xs});
       var title = mode === "wall" ? blob.wallLabel : (budget ? blob.budgetLabels[mode] : "step");
-      Plotly.relayout(gd, {"xaxis.title.text": title, "xaxis.autorange": true});
+      var axis = {"xaxis.title.text": title, "xaxis.autorange": true};
+      // steps are integers: the step axis keeps its integer tick spacing (figures.step_axis); others are auto
+      if (!stepTicks[id]) stepTicks[id] = gd.layout.xaxis.dtick;
+      axis["xaxis.tickmode"] = mode === "step" ? "linear" : "auto";
+      if (mode === "step") axis["xaxis.dtick"] = stepTicks[id];
+      Plotly.relayout(gd, axis);
     });
     document.body.setAttribute("data-xaxis", mode);
   }
@@ -252,6 +257,22 @@ _JS = """
     });
     document.body.setAttribute("data-window", w);
   }
+  // zoomed on the step axis: an integer spacing again for the new range (as figures.step_dtick)
+  function integerTicks(gd) {
+    gd.on("plotly_relayout", function (ev) {
+      if (document.body.getAttribute("data-xaxis") !== "step" || ev["xaxis.dtick"] !== undefined) return;
+      var r = gd.layout.xaxis.range, raw = Math.max(r[1] - r[0], 1) / 8, d = 1;
+      if (raw > 1) {
+        var mag = Math.pow(10, Math.floor(Math.log10(raw)));
+        d = [1, 2, 5, 10].map(function (m) { return m * mag; }).filter(function (v) { return v >= raw; })[0];
+      }
+      if (gd.layout.xaxis.dtick !== d) Plotly.relayout(gd, {"xaxis.tickmode": "linear", "xaxis.dtick": d});
+    });
+  }
+  blob.dynamics.forEach(function (id) {
+    var gd = document.getElementById(id);
+    if (gd && gd.on) integerTicks(gd);
+  });
   document.getElementById("xaxis").addEventListener("change", function (e) { setX(e.target.value); });
   document.getElementById("window").addEventListener("change", function (e) { setWindow(e.target.value); });
   window.rlhfReport = {setX: setX, setWindow: setWindow};

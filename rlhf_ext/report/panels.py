@@ -29,6 +29,10 @@ class Panel:
     """A horizontal reference line per run (value, label), e.g. the generation length limit."""
     fallback: Optional["Panel"] = None
     """Drawn instead when no run has any of :attr:`lines` (with a note saying so)."""
+    y_scale: str = ""
+    """``"share"``: a share of samples or groups, drawn on [0, 1] (when every value lies there);
+    ``"nonnegative"``: never below 0 (small token fractions, weights), the top fitted to the data;
+    ``""``: plotly's autorange."""
 
 
 def _generation_limit(run: RunRecord) -> Optional[Tuple[float, str]]:
@@ -51,22 +55,23 @@ def _mismatch_threshold(run: RunRecord) -> Optional[Tuple[float, str]]:
 PASS_RATE_KEYS = ("train/score", "train/reward/accuracy")
 
 PANELS: Tuple[Panel, ...] = (
-    Panel("pass_rate", "Batch pass rate", "fraction correct", (PASS_RATE_KEYS,),
+    Panel("pass_rate", "Batch pass rate", "fraction correct", (PASS_RATE_KEYS,), y_scale="share",
           missing="OpenRLHF logs train/score when the reward function returns a score "
                   "(rlhf_ext:math does: 1 for a correct answer)."),
     Panel("reward", "Reward", "mean reward", (("train/reward", "rollout/reward_mean"),)),
     Panel("response_length", "Response length", "tokens", (("train/response_length", "rollout/response_length_mean"),),
           limit=_generation_limit),
-    Panel("truncation", "Truncated responses", "fraction", (("rollout/truncated_rate", "train/truncated"),)),
+    Panel("truncation", "Truncated responses", "fraction", (("rollout/truncated_rate", "train/truncated"),),
+          y_scale="share"),
     Panel("entropy", "Entropy", "entropy", (("train/entropy", "train/entropy_loss"),),
           missing="OpenRLHF computes the policy entropy only with --actor.entropy_coef set."),
     Panel("grad_norm", "Gradient norm", "actor grad norm", (("train/actor_grad_norm", "train/grad_norm"),)),
     Panel("policy_loss", "Policy loss", "loss", (("train/policy_loss",),)),
     Panel("clip", "Clip fractions", "fraction of tokens", (("train/clip_frac_low",), ("train/clip_frac_high",)),
-          line_labels=("low", "high"),
+          line_labels=("low", "high"), y_scale="nonnegative",
           missing="The low/high split is logged by rlhf_ext's policy losses (--plugin rlhf_ext).",
           fallback=Panel("clip_ratio", "PPO clip ratio (both sides)", "fraction of tokens",
-                         (("train/ppo_clip_ratio",),))),
+                         (("train/ppo_clip_ratio",),), y_scale="nonnegative")),
     Panel("kl", "KL to the reference", "KL", (("train/kl",),),
           missing="OpenRLHF logs train/kl when a reference model is used (--algo.kl.init_coef > 0 or --algo.kl.use_loss)."),
     Panel("mismatch", "Rollout vs training mismatch", "mean |p_train - p_rollout|",
@@ -75,13 +80,17 @@ PANELS: Tuple[Panel, ...] = (
     Panel("rollout_correction", "Rollout correction", "weight / fraction",
           (("rollout_corr/weight_mean",), ("rollout_corr/ess",), ("rollout_corr/rejected_fraction",),
            ("rollout_corr/is_truncated_fraction",)),
-          line_labels=("mean weight", "ESS", "rejected", "truncated"),
+          line_labels=("mean weight", "ESS", "rejected", "truncated"), y_scale="nonnegative",
           missing="Logged with --rlhf_ext.rollout_is / --rlhf_ext.rollout_rs, or OpenRLHF's "
                   "--algo.advantage.is_correction_level with an rlhf_ext loss (docs/rollout_correction.md)."),
     Panel("step_time", "Time per step", "seconds", (("timing/step_total",),)),
+    Panel("policy_lag", "Policy lag (async rollouts)", "training steps behind",
+          (("rlhf_ext/policy_lag",), ("rlhf_ext/policy_lag_max",)), line_labels=("mean", "max"),
+          missing="Logged with --train.async_enable: the trainer's policy version minus the version that "
+                  "generated the step's rollouts (0 by construction in synchronous runs; docs/run_records.md)."),
     # Mechanism panels: the evidence a claim about why a recipe works cites.
     Panel("zero_variance", "Zero-variance prompt groups (no gradient signal)", "fraction of groups",
-          (("rlhf_ext/zero_variance_group_frac_before_filter", "train/zero_variance_group_frac"),),
+          (("rlhf_ext/zero_variance_group_frac_before_filter", "train/zero_variance_group_frac"),), y_scale="share",
           missing="Logged by --plugin rlhf_ext for every estimator (--rlhf_ext.step_metrics all, the default); "
                   "before dynamic filtering as rlhf_ext/zero_variance_group_frac_before_filter."),
     Panel("advantage_std", "Advantage std", "std over response tokens", (("train/advantage_std",),),

@@ -23,7 +23,8 @@ rollout actors. verl: ``reward.custom_reward_function.path=$(python -m rlhf_ext.
 with ``name=compute_score`` (:mod:`.verl_reward`, docs/verl.md). Third-party rewards register with ``@register_reward`` or the ``rlhf_ext.rewards``
 entry point group. docs/rewards.md has the details.
 
-Importing this package does not import torch or start any process.
+Importing this package does not import torch or start any process. An OpenRLHF agent's ``step`` takes
+the same rewards with ``agent_reward("rlhf_ext:math")`` (:mod:`.agent`).
 """
 
 from .extraction import (AnswerCandidate, extract_answer, find_answer_candidate, find_final_boxes, find_last_expression,
@@ -67,6 +68,10 @@ def __getattr__(name):
         from . import path
 
         return getattr(path, name)
+    if name in ("agent_reward", "AgentReward"):  # an OpenRLHF agent's step reward (imports torch when called)
+        from . import agent
+
+        return getattr(agent, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -129,4 +134,6 @@ __all__ = [
     "reward_file_path",
     "verl_reward_file_path",
     "resolve_remote_url",
+    "agent_reward",
+    "AgentReward",
 ]

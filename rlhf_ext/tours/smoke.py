@@ -50,7 +50,7 @@ ESTIMATOR_RECIPES: Dict[str, List[str]] = {
 
 _STEP_RE = re.compile(r"Global step (\d+): (\{.*\})")
 _ACTIVATION_RE = re.compile(r"rlhf_ext: activated plugin\(s\) \S+ \(pid=(\d+), ppid=(\d+), role=([\w-]+)\)")
-_RAY_PREFIX_RE = re.compile(r"\((\w+) pid=(\d+)\)")
+_RAY_PREFIX_RE = re.compile(r"\((\w+) pid=(\d+)(?:, ip=[\w.:-]+)?\)")  # ip=: an actor on another node
 _RAY_ACTORS = ("PPOTrainer", "PolicyModelActor", "ReferenceModelActor", "CriticModelActor",
                "RewardModelActor", "RolloutRayActor", "LLMRayActor",
                "EngineCore", "Worker")  # fmt: skip
@@ -171,21 +171,23 @@ def train_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 
 
 def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bool = True,
-                 death_grace: float = DEATH_GRACE_S, env: Optional[Dict[str, str]] = None) -> int:
+                 death_grace: float = DEATH_GRACE_S, env: Optional[Dict[str, str]] = None,
+                 cwd: Optional[Path] = None) -> int:
     """Run the training command, writing its console to ``log_path`` and echoing step lines.
 
     Returns the command's exit code. The run is stopped early, with a non-zero code, when a Ray
     actor dies (:class:`rlhf_ext.supervision.DeathWatch`; ``death_grace`` s after the first such
     line) or after ``timeout`` s (:class:`subprocess.TimeoutExpired`). However it ends, every
     process it started is gone afterwards (:class:`rlhf_ext.supervision.ProcessTree`). ``env`` adds
-    variables to :func:`train_env`'s.
+    variables to :func:`train_env`'s; ``cwd`` is the driver's working directory (on a cluster the
+    driver joins, Ray puts it on every worker's ``sys.path``).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         started = time.time()
         env = {**train_env(), **(env or {})}
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                start_new_session=True)
+                                start_new_session=True, cwd=None if cwd is None else str(cwd))
         stale_locks_under = torch_extensions_root(env)
         tree = ProcessTree(proc.pid)
         death = DeathWatch(grace=death_grace)

@@ -69,13 +69,17 @@ def make_ray_init(original):
         kwargs["runtime_env"] = with_plugin_runtime_env(kwargs.get("runtime_env"))
         for callback in list(_before_init):
             kwargs = callback(kwargs)
-        return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        for callback in list(_after_init):
+            callback(kwargs)
+        return result
 
     init.__rlhf_ext_patch__ = "ray.init runtime env"
     return init
 
 
 _before_init = []
+_after_init = []
 _before_actor_class = []
 
 
@@ -89,6 +93,17 @@ def before_ray_init(callback) -> None:
     """
     if callback not in _before_init:
         _before_init.append(callback)
+
+
+def after_ray_init(callback) -> None:
+    """Call ``callback(kwargs)`` in the patched ``ray.init`` once Ray is up (same keyword arguments).
+
+    Why: on a cluster the driver joined, each node starts the job's workers with its own Python; a
+    host checks there, before any model loads, that every node can run the plugin (OpenRLHF:
+    :mod:`rlhf_ext.patches.openrlhf.node_check`).
+    """
+    if callback not in _after_init:
+        _after_init.append(callback)
 
 
 def before_actor_class(callback) -> None:
@@ -163,4 +178,5 @@ def undo() -> None:
         module, attr, original = _patched.pop()
         setattr(module, attr, original)
     _before_init.clear()
+    _after_init.clear()
     _before_actor_class.clear()

@@ -15,6 +15,8 @@ where                                          what                             
 ``ppo_actor.ActorPPOTrainer.ppo_train``        zero-advantage update counts,               PolicyModelActor
                                                attempted vs applied (:mod:`.updates`)
 ``ppo_actor.compute_approx_kl``                ``--algo.kl.clip`` for the KL loss           PolicyModelActor
+``ppo_actor.ActorPPOTrainer.broadcast_to_vllm`` LoRA: merged weights under the base          PolicyModelActor
+                                               model's names (:mod:`.lora_sync`)
 ``dpo_trainer.DPOTrainer``                     ``__init__``: SimPO loss (:mod:`.dpo`)       train_dpo ranks
 ``dpo_trainer.DPOTrainer``                     ``_get_batch_logps``: mean log-probs (SimPO) train_dpo ranks
 ``dpo_trainer.DPOTrainer``                     ``concatenated_forward``: no reference pass  train_dpo ranks
@@ -37,6 +39,12 @@ where                                          what                             
 ``ppo_trainer.BasePPOTrainer``                 ``_compute_rollout_stats``: a bounded        PPOTrainer actor
                                                sample of the step's rollouts
                                                (:mod:`.rollout_samples`)
+``ppo_trainer.BasePPOTrainer``                 ``broadcast_to_vllm``, ``train_step``: async  PPOTrainer actor
+                                               policy version and lag (:mod:`.policy_lag`)  (TrainingActor)
+``samples_generator.SamplesGenerator``         ``generate_samples``: stamp the version      generator actor
+                                               vLLM generates with (:mod:`.policy_lag`)
+``vllm_engine._load_agent_executor``           an agent file's failure as one line          RolloutRayActor
+                                               naming it (:mod:`.agents`)
 ``ppo_actor.ActorPPOTrainer.training_step``    non-finite guard, real grad norm (:mod:`.guard`) PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.ppo_train``        step count (guard), ships run-record data    PolicyModelActor
 ``deepspeed.DeepspeedStrategy.backward``       guard: checks before backward                PolicyModelActor
@@ -46,7 +54,10 @@ where                                          what                             
                                                reward file's per-sample calls graded in
                                                shared batches (:mod:`.reward_batching`)
 ``ray.init``                                   plugin env in the job's runtime env          driver
-``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`)              driver
+``ray.init`` (returned, existing cluster)      every node can run the plugin               driver
+                                               (:mod:`.node_check`)
+``argparse`` (OpenRLHF's PPO parser only)      choices and flags (:mod:`.cli`); sleep       driver
+                                               flags per target (:mod:`.sleep_mode`)
 ``argparse`` (OpenRLHF's DPO parser only)      ``--model.loss_type``, ``--model.simpo_gamma``  train_dpo ranks
                                                (:mod:`.dpo_cli`)
 =============================================  ==========================================  ======================
@@ -181,6 +192,15 @@ PATCHES = (
         target="compute_approx_kl",
         params=_KL_PARAMS,
         make=_HERE + ".kl:make_compute_approx_kl",
+    ),
+    Patch(
+        name="LoRA weight sync: merged weights, base names",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.broadcast_to_vllm",
+        params=("self",),
+        make=_HERE + ".lora_sync:make_broadcast_to_vllm",
+        # the sync's channels, as upstream uses them (CUDA IPC handles, the barrier after each tensor)
+        requires=(Requirement("get_physical_gpu_id", None), Requirement("torch_dist_barrier_and_cuda_sync", None)),
     ),
     Patch(
         name="preference loss type (SimPO)",
@@ -334,6 +354,34 @@ PATCHES = (
         params=("self", "experiences"),
         make=_HERE + ".rollout_samples:make_compute_rollout_stats",
     ),
+    Patch(
+        name="async policy lag: stamp the version vLLM generates with",
+        module=SAMPLES_GENERATOR,
+        target="SamplesGenerator.generate_samples",
+        params=("self", "generate_kwargs"),
+        make=_HERE + ".policy_lag:make_generate_samples",
+    ),
+    Patch(
+        name="async policy lag: publish the version a weight sync put into vLLM",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer.broadcast_to_vllm",
+        params=("self",),
+        make=_HERE + ".policy_lag:make_broadcast_to_vllm",
+    ),
+    Patch(
+        name="async policy lag: the step's lag from its rollouts' versions",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer.train_step",
+        params=("self", "rollout_samples", "global_step"),
+        make=_HERE + ".policy_lag:make_train_step",
+    ),
+    Patch(
+        name="agent file failures named (rollout actors)",
+        module=VLLM_ENGINE,
+        target="_load_agent_executor",
+        params=("agent_func_path",),
+        make=_HERE + ".agents:make_load_agent_executor",
+    ),
 )
 
 for _patch in PATCHES:
@@ -367,11 +415,19 @@ def _before_ray_init(kwargs: dict) -> dict:
     return kwargs
 
 
+def _after_ray_init(kwargs: dict) -> None:
+    from .node_check import after_ray_init
+
+    after_ray_init(kwargs)  # joined an existing cluster: every node can run the plugin, or one line and exit
+
+
 def _patch_ray(module, role: str = "") -> None:
-    from ..activation.ray_env import before_actor_class, before_ray_init, patch_ray
+    from ..activation.ray_env import after_ray_init, before_actor_class, before_ray_init, patch_ray
 
     patch_ray(module, OpenRLHFCompatibilityError)
     before_ray_init(_before_ray_init)
+    if role == "driver":
+        after_ray_init(_after_ray_init)
     apply = _apply_or_exit if role == "driver" else compat.apply_module
 
     def patch_bases_first(cls) -> None:

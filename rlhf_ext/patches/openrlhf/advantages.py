@@ -9,7 +9,10 @@ OpenRLHF's own estimator names run OpenRLHF's method untouched. Any other name i
 3. ``A = estimator(grouped, **options)`` -- the math lives in :mod:`rlhf_ext.algorithms`;
 4. OpenRLHF's ``compute_reward`` puts ``A`` on each response's last token and subtracts
    ``kl_coef * KL`` per token (KL in the reward); returns are accumulated with OpenRLHF's
-   ``get_cumulative_returns`` (gamma = 1 except for ``reinforce_pp``);
+   ``get_cumulative_returns`` (gamma = 1 except for ``reinforce_pp``) and kept on the model's
+   tokens only (``action_mask``): 0 on the prompt and on a multi-turn agent's environment feedback,
+   which OpenRLHF's accumulation would otherwise cross (its own estimators keep that; their loss
+   masks it);
 5. REINFORCE++ and REINFORCE++-baseline whiten the token advantages over the whole batch
    (:func:`rlhf_ext.algorithms.whiten`, Hu 2025, arXiv 2501.03262).
 
@@ -212,8 +215,12 @@ def _registered_estimator(maker, experiences, name: str, module):
             action_mask=experience.action_mask,
             reward_clip_range=None,  # already applied to the outcome rewards above
         )
-        experience.returns = maker.get_cumulative_returns(token_reward, experience.action_mask, gamma)
-        experience.advantages = experience.returns.clone()
+        returns = maker.get_cumulative_returns(token_reward, experience.action_mask, gamma)
+        # only the model's tokens carry an advantage: OpenRLHF's cumulative return also runs through the
+        # prompt and, with a multi-turn agent, through the environment's feedback between turns (mask 0)
+        returns = torch.where(experience.action_mask.bool(), returns, returns.new_zeros(()))
+        experience.returns = returns
+        experience.advantages = returns.clone()
         experience.info["return"] = token_reward.sum(dim=-1)
         experience.kl = None
 

@@ -24,7 +24,7 @@ from typing import Dict
 
 # Only light imports here: the argparse hook is installed at interpreter start-up; rlhf_ext.algorithms
 # (torch) loads when OpenRLHF's parser is actually used.
-from . import compat, loss_masks, mismatch, rollout_correction
+from . import agents, compat, lora_sync, loss_masks, mismatch, rollout_correction, sleep_mode
 from .config import (
     ADVANTAGE_INPUTS,
     OPENRLHF_ESTIMATORS,
@@ -271,6 +271,8 @@ def finalize(namespace) -> Dict[str, str]:
             raise ValueError(f"--actor.policy_loss_type {loss_type}: {exc}") from None
 
     mode = _ns(namespace, "actor.loss_agg_mode", "token-mean")
+    lora_sync.finalize(namespace)
+    agents.finalize(namespace)  # a broken --train.agent_func_path file: one line before Ray starts
     loss_masks.finalize(namespace)
     _check_bias_corrected_kl(namespace)
     max_len = _ns(namespace, "actor.loss_agg_max_len")
@@ -296,6 +298,7 @@ def finalize(namespace) -> Dict[str, str]:
     setattr(namespace, "reward.remote_url", remote_url)
     env.update(rollout_correction.finalize(namespace))  # before mismatch: it may switch the log-probs on
     env.update(mismatch.finalize(namespace))
+    env.update(sleep_mode.finalize(namespace))  # CPU target: sleep off; NPU: vllm-ascend's allocator setting
     _warn_binary_estimator_on_shaped_reward(estimator, _ns(namespace, "algo.advantage.input", "reward"), env)
     _refuse_components_without_reward(estimator, env)
     return env
@@ -433,9 +436,10 @@ def install_argparse_hook() -> None:
                 self.error(str(exc))
             os.environ.update(env)  # before train() calls ray.init: rollout actors inherit it
             sys.stderr.write(summary(parsed) + "\n")
+            from .node_check import prepare as prepare_node_check
             from .run_record import prepare_driver_record
 
-            prepare_driver_record(parsed)
+            prepare_node_check(parsed, prepare_driver_record(parsed))
             return parsed, extras
 
         parse_known_args.__rlhf_ext_patch__ = PATCH_NAME

@@ -28,6 +28,10 @@ ranks, which returns that value unchanged, into the step's status dict. That dic
 OpenRLHF prints (``Global step N: {...}``), sends to wandb / TensorBoard (as
 ``train/rollout_mismatch/...``) and what the run record writes to ``metrics.jsonl``.
 
+With ``--train.async_enable`` the rollout log-probs are those vLLM returned with the samples, from
+the (older) policy that generated them, never recomputed: the metrics then measure the numerical
+mismatch plus the policy lag (:mod:`.policy_lag`).
+
 Above ``--rlhf_ext.mismatch_threshold`` (default 0.005 on ``probs_diff_mean``, verl's normal
 range) one warning per run goes to stderr and, through :func:`emit_event`, to the run record.
 """
@@ -190,7 +194,11 @@ def attach(experiences, metrics: Dict[str, float]) -> None:
             exp.info[key] = torch.full((n,), float(value), dtype=torch.float32)
 
 
-def warning_message(value: float, limit: float, batch: int) -> str:
+ASYNC_NOTE = (" With --train.async_enable the rollouts come from an older policy than the trainer's (see "
+              "rlhf_ext/policy_lag), so this also measures the policy lag, which the correction is meant to absorb.")
+
+
+def warning_message(value: float, limit: float, batch: int, async_mode: bool = False) -> str:
     return (
         f"rlhf_ext: warning: {THRESHOLD_METRIC} = {value:.4g} exceeds {limit:g} (rollout batch {batch}): vLLM and "
         "the trainer disagree on the sampled tokens' probabilities, so on-policy training is running off-policy. "
@@ -199,6 +207,7 @@ def warning_message(value: float, limit: float, batch: int) -> str:
         "latest weights (a broken weight sync). Qualify the rollout setup with "
         "`rlhf-ext alignment --model M --data prompts.jsonl`; --algo.advantage.is_correction_level token "
         "corrects for it (truncated importance sampling, Yao et al. 2025). Reported once per run."
+        + (ASYNC_NOTE if async_mode else "")
     )
 
 
@@ -223,13 +232,13 @@ def emit_event(event: Dict) -> bool:
     return True
 
 
-def check_threshold(state: _State, metrics: Dict[str, float], limit: float) -> Optional[Dict]:
+def check_threshold(state: _State, metrics: Dict[str, float], limit: float, async_mode: bool = False) -> Optional[Dict]:
     """The warning event the first time ``probs_diff_mean`` exceeds ``limit`` in this run, else ``None``."""
     value = metrics.get(THRESHOLD_METRIC)
     if state.warned or value is None or not value > limit:
         return None
     state.warned = True
-    message = warning_message(value, limit, state.batches)
+    message = warning_message(value, limit, state.batches, async_mode)
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     event = {
@@ -271,7 +280,7 @@ def make_make_experience_batch(original, module=None):
                 )
             return experiences
         attach(experiences, metrics)
-        check_threshold(state, metrics, threshold(args))
+        check_threshold(state, metrics, threshold(args), bool(setting(args, "train.async_enable", False)))
         return experiences
 
     return make_experience_batch

@@ -135,7 +135,19 @@ def finalize(namespace) -> Dict[str, str]:
               "distribution, so every importance ratio carries the kept probability mass (log pi_train - log "
               "pi_rollout = log S < 0 on every token) and the correction would mostly undo the truncation, not the "
               "numerical mismatch. Sample with --rollout.top_p 1.0 (docs/rollout_correction.md, 'Top-p / top-k')")
-    ours = config is not None or (openrlhf_on and get("actor.policy_loss_type", "ppo") not in OPENRLHF_POLICY_LOSSES)
+    openrlhf_for_ours = openrlhf_on and get("actor.policy_loss_type", "ppo") not in OPENRLHF_POLICY_LOSSES
+    if openrlhf_for_ours:
+        # the actor builds the same correction (policy_loss.py); a bad combination fails here, before Ray
+        from rlhf_ext.algorithms.rollout_correction import openrlhf_correction
+
+        try:
+            openrlhf_correction(get("algo.advantage.is_correction_level"), get("algo.advantage.is_correction_mode", "mask"),
+                                get("algo.advantage.is_correction_gating", "ratio"),
+                                get("algo.advantage.is_correction_threshold", [0.5, 5.0]))
+        except ValueError as exc:
+            raise ValueError(f"--algo.advantage.{exc} (with --actor.policy_loss_type "
+                             f"{get('actor.policy_loss_type')})") from None
+    ours = config is not None or openrlhf_for_ours
     if ours and top_p < 1.0:
         raise ValueError(reason)
     if openrlhf_on and top_p < 1.0:  # OpenRLHF's own loss and flags: its behaviour, not refused here

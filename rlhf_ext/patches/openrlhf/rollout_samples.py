@@ -3,7 +3,8 @@
 Seam: ``BasePPOTrainer._compute_rollout_stats(self, experiences)`` in the PPOTrainer actor. OpenRLHF
 calls it in ``train_step`` right after ``make_experience_batch``, so the experiences hold everything
 a reader wants beside the curves: the prompt text, the response tokens (``sequences`` masked by
-``action_mask``, which is aligned with ``sequences[:, 1:]``), the reward and the reward function's
+``action_mask``, which is aligned with ``sequences[:, 1:]``; with a multi-turn agent also the
+``turns``: the model's and the environment's segments in order, :func:`turn_spans`), the reward and the reward function's
 ``extra_logs`` (its components, in ``info``), the advantages, ``truncated`` and the label. It runs
 before dynamic batching reshuffles the rows, on every step, and its result is left untouched.
 
@@ -78,6 +79,39 @@ def experience_rows(experiences: Sequence[Any]) -> List[tuple]:
     return rows
 
 
+def turn_spans(action_mask, attention_mask=None) -> List[tuple]:
+    """``(role, start, end)`` over ``action_mask`` positions from the first response token on: runs of
+    model tokens (``"assistant"``) and of tokens the model did not write (``"environment"``: a
+    multi-turn agent's feedback, which OpenRLHF leaves out of the mask); padding (``attention_mask``
+    0, aligned with ``sequences``) is not a turn. One span = a single-turn response."""
+    mask = [bool(v) for v in action_mask.tolist()]
+    valid = len(mask)
+    if attention_mask is not None:
+        att = attention_mask.tolist()[1:1 + len(mask)]
+        while valid > 0 and not att[valid - 1]:
+            valid -= 1
+    if True not in mask[:valid]:
+        return []
+    spans, start = [], mask.index(True)
+    for t in range(start + 1, valid + 1):
+        if t == valid or mask[t] != mask[start]:
+            spans.append(("assistant" if mask[start] else "environment", start, t))
+            start = t
+    return spans
+
+
+def turns_of(exp, i: int, tokenizer) -> List[Dict[str, Any]]:
+    """The turns of row ``i`` (agents); empty for a single-turn response."""
+    att = exp.attention_mask[i] if getattr(exp, "attention_mask", None) is not None else None
+    spans = turn_spans(exp.action_mask[i], att)
+    if len(spans) < 2:
+        return []
+    ids = exp.sequences[i]
+    # action_mask[t] marks sequences[t + 1]
+    return [{"role": role, "text": tokenizer.decode(ids[a + 1:b + 1].tolist(), skip_special_tokens=True),
+             "tokens": b - a} for role, a, b in spans]
+
+
 def sample_records(step: int, experiences: Sequence[Any], tokenizer, cap: int) -> List[Dict[str, Any]]:
     """The chosen rollouts of one step as ``rollout_samples.jsonl`` records (decoded, clipped)."""
     rows = experience_rows(experiences)
@@ -102,7 +136,8 @@ def sample_records(step: int, experiences: Sequence[Any], tokenizer, cap: int) -
             step, prompt=prompt, response=response, reward=reward,
             components={k: v for k, v in components.items() if v is not None},
             advantage=advantage if advantage is None or math.isfinite(advantage) else None,
-            truncated=truncated, response_tokens=int(mask.sum()), label=labels[i] if i < len(labels) else None))
+            truncated=truncated, response_tokens=int(mask.sum()), label=labels[i] if i < len(labels) else None,
+            turns=turns_of(exp, i, tokenizer)))
     return out
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -114,7 +115,7 @@ class RunWriter:
         if resume_step > 0:
             dropped = runs.truncate_metrics_after(metrics, resume_step)
             runs.truncate_metrics_after(self.path / runs.ROLLOUT_SAMPLES, resume_step)
-            self.event("resume", resume_step, dropped_steps=dropped)
+            self.event("resume", resume_step, dropped_steps=dropped, **writer_location())
         else:
             if metrics.exists() and metrics.stat().st_size > 0:
                 # a fresh run in a used directory: keep the old record beside, never mix the two
@@ -122,7 +123,7 @@ class RunWriter:
                 for name in (runs.METRICS, runs.EVENTS, runs.INCIDENT, runs.ROLLOUT_SAMPLES):
                     if (self.path / name).exists():
                         os.replace(self.path / name, self.path / f"{name}.previous-{stamp}")
-            self.event("start", 0)
+            self.event("start", 0, **writer_location())
         self.samples_written = len(runs.read_jsonl(self.path / runs.ROLLOUT_SAMPLES))
 
     def write_samples(self, step: int, records: List[Dict[str, Any]], total_cap: int) -> int:
@@ -147,6 +148,20 @@ class RunWriter:
 
     def event(self, event: str, step: Optional[int], **fields: Any) -> None:
         runs.append_jsonl(self.path / runs.EVENTS, runs.event_record(event, step, **fields))
+
+
+def writer_location() -> Dict[str, Any]:
+    """Where the record's writer runs (the ``start`` / ``resume`` event): with several nodes, the one
+    whose filesystem holds the files. ``node_id`` / ``node_ip`` are Ray's, ``None`` outside Ray."""
+    where: Dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "node_id": None, "node_ip": None}
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            where["node_id"] = ray.get_runtime_context().get_node_id()
+            where["node_ip"] = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - the location is a courtesy; the record must still start
+        pass
+    return where
 
 
 def _take_pending() -> Dict[str, Any]:
@@ -454,6 +469,8 @@ def build_config(namespace, path: str, *, started_at: float) -> Dict[str, Any]:
                             "input_key": args.get("data.input_key")},
         "started_at": started_at,
         "compute": _compute(namespace),
+        # the driver's machine (config.json's writer); the writer of metrics and events is in the start event
+        "driver": {"host": socket.gethostname(), "pid": os.getpid()},
     }
 
 
@@ -546,12 +563,33 @@ def start_driver_record(namespace) -> str:
     return path
 
 
+def fail_driver(exc: BaseException, exit_code: int) -> None:
+    """The driver stops the run on purpose with ``exit_code`` (a start-up check failed after the record
+    started): the ``end`` event says ``crashed`` with that code, not ``finished``."""
+    _driver_state.update(exception=exc, exit_code=int(exit_code))
+
+
+def update_driver_config(**fields: Any) -> None:
+    """Driver: add top-level ``fields`` to the ``config.json`` it wrote (e.g. ``cluster``, once Ray is up)."""
+    path = _driver_state.get("path")
+    if not path:
+        return
+    config_path = Path(path) / runs.CONFIG
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError):
+        return
+    config.update({key: _jsonable(value) for key, value in fields.items()})
+    runs.write_json_atomic(config_path, config)
+
+
 def _driver_exit() -> None:
     from .guard_stop import GUARD_EXIT_CODE, is_guard_stop
 
     path, exc = _driver_state.get("path"), _driver_state.get("exception")
     stopped = exc is not None and is_guard_stop(exc)
-    status, code = ("stopped_by_guard", GUARD_EXIT_CODE) if stopped else (("crashed", 1) if exc is not None else ("finished", 0))
+    crashed = ("crashed", int(_driver_state.get("exit_code", 1)))
+    status, code = ("stopped_by_guard", GUARD_EXIT_CODE) if stopped else (crashed if exc is not None else ("finished", 0))
     if path:
         last = runs.read_metrics(Path(path) / runs.METRICS)
         step = last[-1]["step"] if last else 0

@@ -1,0 +1,146 @@
+"""The mode matrix (issue 38): OpenRLHF's recipe modes, each run for real on the CPU target with the plugin,
+an rlhf_ext estimator, an rlhf_ext policy loss and a rollout correction on. Compatible modes share a run so
+the matrix is three runs:
+
+=====================================================  ===========================================================
+run                                                    modes (OpenRLHF 0.11.2 flags)
+=====================================================  ===========================================================
+hybrid (``e2e_corrected_run``, tests/conftest.py)      ``--train.colocate_all --vllm.enable_sleep --ds.enable_sleep``,
+                                                       ``--ds.lora.rank 4``, ``--ds.packing_samples``,
+                                                       ``--train.dynamic_batch_enable``; rlhf_ext's correction with a
+                                                       known injected mismatch (tests/test_e2e_cpu_train.py)
+async + agent (below)                                  ``--train.async_enable --train.async_queue_size 2``,
+                                                       ``--train.agent_func_path`` (a two-turn agent); OpenRLHF's own
+                                                       TIS in its one-value form on an rlhf_ext loss
+two nodes (below)                                      a two-node Ray cluster, the HTTP reward server,
+                                                       ``--algo.dynamic_filtering_enable``, ``--train.max_epochs 2``
+=====================================================  ===========================================================
+
+Each run's own assertions live beside the feature's unit tests (``check_*`` helpers); here each run also
+passes ``rlhf-ext runs check`` and names its estimator and loss in ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlhf_ext.runcheck import check_run
+from rlhf_ext.tours.smoke import parse_train_log, run_record_dir, run_training, train_command, weights_changed
+
+STEPS = 2
+# OpenRLHF's own truncated IS in the one-value form (the CLI inserts the lower bound 0.0), on rlhf_ext's loss
+OPENRLHF_TIS_ONE_VALUE = ("--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode",
+                          "clip", "--algo.advantage.is_correction_threshold", "2.0")
+
+
+def _record_basics(output: Path, rc: int, text: str, *, estimator: str, loss: str, injected_mismatch: bool = False
+                   ) -> dict:
+    """What every matrix run shares: it trained, one metrics line per step, the estimator and loss named in
+    ``config.json``, rollout samples recorded, and ``runs check`` passes (``injected_mismatch``: the run's
+    vLLM log-probs were perturbed on purpose from step 2, and ``runs check`` must fail exactly that check)."""
+    assert rc == 0, text[-4000:]
+    log = parse_train_log(text)
+    record = run_record_dir(output)
+    config = json.loads((record / "config.json").read_text())
+    assert config["args"]["algo.advantage.estimator"] == estimator
+    assert config["args"]["actor.policy_loss_type"] == loss
+    assert f"estimator={estimator} (rlhf_ext)" in text
+    rows = [json.loads(line) for line in (record / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert [r["step"] for r in rows] == [s["global_step"] for s in log.steps] and rows, rows
+    samples = (record / "rollout_samples.jsonl").read_text().splitlines()
+    assert samples, "no rollout samples recorded"
+    verdict = check_run(record)
+    if injected_mismatch:
+        failed = {c.name: c.detail for c in verdict.checks if c.status == "FAIL"}
+        assert list(failed) == ["mismatch"] and "(step 2;" in failed["mismatch"], "\n".join(verdict.lines())
+    else:
+        assert verdict.passed, "\n".join(verdict.lines())
+    return config
+
+
+# --- hybrid: colocate-all with sleep, LoRA, packing, dynamic batches (the corrected run of tests/conftest.py) -----
+
+
+def check_hybrid_run(work: Path, rc: int, text: str) -> None:
+    """The hybrid modes of ``e2e_corrected_run`` (its correction is checked in tests/test_e2e_cpu_train.py)."""
+    from test_lora_sync import check_lora_run
+    from test_sleep_mode import CPU_LINE
+
+    config = _record_basics(work / "corrected", rc, text, estimator="grpo", loss="sapo", injected_mismatch=True)
+    args = config["args"]
+    assert args["train.colocate_all"] is True and args["ds.packing_samples"] is True
+    assert args["train.dynamic_batch_enable"] is True and args["ds.lora.rank"] == 4
+    assert args["vllm.enable_sleep"] is False and args["ds.enable_sleep"] is False  # the CPU target turned them off
+    assert text.count(CPU_LINE) == 1 and "Sleep mode is not supported" not in text
+    check_lora_run(work, rc, text, work / "task" / "model", work / "corrected")
+
+
+def test_hybrid_lora_run_passes_runs_check(e2e_corrected_run):
+    work, rc, text = e2e_corrected_run
+    check_hybrid_run(work, rc, text)
+
+
+# --- async + agent ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def async_agent_run(e2e_task):
+    from test_openrlhf_async_agents import AGENT_FLAGS, ASYNC_FLAGS
+
+    work = e2e_task
+    out = work / "async_agent"
+    cmd = train_command(model=work / "task" / "model", prompts=work / "task" / "train.jsonl", output=out,
+                        estimator="passk", steps=STEPS, prompts_per_step=4, n_samples=4, lr=5e-4)  # fmt: skip
+    cmd += [*ASYNC_FLAGS, *AGENT_FLAGS, "--actor.policy_loss_type", "noclip", *OPENRLHF_TIS_ONE_VALUE]
+    rc = run_training(cmd, work / "async_agent.log", timeout=900, echo=False)
+    return work, rc, (work / "async_agent.log").read_text()
+
+
+def test_async_agent_run_with_openrlhf_tis_on_an_rlhf_ext_loss(async_agent_run):
+    from test_openrlhf_async_agents import check_agent_run, check_async_run
+
+    work, rc, text = async_agent_run
+    config = _record_basics(work / "async_agent", rc, text, estimator="passk", loss="noclip")
+    # the one-value threshold reached the loss as OpenRLHF's CLI makes it: [0, 2]
+    assert config["args"]["algo.advantage.is_correction_threshold"] == [0.0, 2.0]
+    check_async_run(work, rc, text, output="async_agent", queue_size=2, correction=True)
+    check_agent_run(work, rc, text, output="async_agent")
+    for step in parse_train_log(text).steps:  # OpenRLHF's TIS on rlhf_ext's loss: weights capped at 2
+        assert 0 < step["rollout_corr/weight_max"] <= 2.0 + 1e-6 and "vllm_kl" in step, sorted(step)
+    deltas = weights_changed(work / "task" / "model", work / "async_agent")
+    assert max(deltas.values()) > 0, deltas
+
+
+# --- two nodes -------------------------------------------------------------------------------------
+
+
+TWO_NODE_FLAGS = ("--algo.advantage.estimator", "grpo", "--actor.policy_loss_type", "cispo",
+                  "--algo.dynamic_filtering_enable", "--train.max_epochs", "2", "--data.max_samples", "12",
+                  # two epochs per batch at the smoke's 5e-4 move the policy past runs check's ratio bound
+                  "--actor.adam.lr", "2e-4",
+                  "--rlhf_ext.rollout_is", "sequence", "--rlhf_ext.rollout_is_threshold", "2.0")
+
+
+@pytest.fixture(scope="module")
+def two_node_modes_run(e2e_task):
+    from test_multinode_cpu import two_node_run
+
+    work = e2e_task / "two_nodes"
+    result = two_node_run(work, e2e_task / "task", extra=TWO_NODE_FLAGS)
+    return work, result
+
+
+def test_two_node_run_with_dynamic_filtering_and_two_epochs(two_node_modes_run, e2e_task):
+    from test_multinode_cpu import check_two_node_run
+
+    work, r = two_node_modes_run
+    found = check_two_node_run(work, r.rc, r.text, placement=r.placement, health=r.health, steps=None,
+                               left=r.left, estimator="grpo", task=e2e_task / "task", dynamic_filtering=True,
+                               max_epochs=2)
+    _record_basics(work / "trained", r.rc, r.text, estimator="grpo", loss="cispo")
+    for step in parse_train_log(r.text).steps:
+        assert "rollout_corr/weight_mean" in step, sorted(step)
+    print(found)
