@@ -29,6 +29,7 @@ from .registry import (
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
 from .advantages import HOST_INPUTS, gdpo, gpg, host_inputs, opo, optimal_token_baseline, passk_best
 from .ppo_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
+from .loss_options import CLIP_HIGH, CLIP_LOW, OLD_CLIP_NAMES, accepted_options
 from .ratio_losses import cispo, clip_cov, dppo_kl, dppo_tv, gmpo, kl_cov, luspo, sapo, vespo
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
@@ -80,6 +81,10 @@ __all__ = [
     "host_inputs",
     "ppo",
     "ppo_clip_fractions",
+    "CLIP_LOW",
+    "CLIP_HIGH",
+    "OLD_CLIP_NAMES",
+    "accepted_options",
     "gspo",
     "pg",
     "noclip",

@@ -38,7 +38,8 @@ from .checks import check_token_inputs_finite
 from .float_flags import flag, float_mask
 from .linearised import with_derivative
 from .metric_requests import metric_wanted
-from .ppo_losses import _check_clip, _zero_padded_mean
+from .loss_options import accepts_old_clip_names, check_clip_range
+from .ppo_losses import zero_padded_mean
 from .registry import register_policy_loss
 
 Metrics = Dict[str, torch.Tensor]
@@ -112,6 +113,7 @@ def _positive(loss: str, **values):
 
 
 @register_policy_loss("cispo")
+@accepts_old_clip_names
 def cispo(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -153,7 +155,7 @@ def cispo(
     if metric_wanted("clip_frac_high"):
         metrics["clip_frac_high"] = _frac(flag(torch.gt, ratio, 1.0 + clip_ratio_high) * m, count)
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ratio_mean"):
         metrics["ratio_mean"] = _mean(ratio * m, count)
     return loss, metrics  # 0 on the padding already (see _prepare)
@@ -204,7 +206,7 @@ def sapo(
     loss = with_derivative(value, lp, coef)
     metrics: Metrics = {}
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ratio_mean"):
         metrics["ratio_mean"] = _mean(ratio * m, count)
     if metric_wanted("gate_mean"):
@@ -214,6 +216,7 @@ def sapo(
 
 @register_policy_loss("gmpo")
 @register_policy_loss("geo_mean")
+@accepts_old_clip_names
 def gmpo(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -272,7 +275,7 @@ def gmpo(
         if metric_wanted("clip_frac_low"):
             metrics["clip_frac_low"] = _frac(clipped * flag(torch.lt, adv, 0.0), count)
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _zero_padded_mean(d, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(d, count, negate=True)
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio).mean()
     return loss, metrics
@@ -294,6 +297,7 @@ def _select_random(candidates: torch.Tensor, count: int, generator: Optional[tor
 
 
 @register_policy_loss("clip_cov")
+@accepts_old_clip_names
 def clip_cov(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -370,7 +374,7 @@ def clip_cov(
         if metric_wanted("clip_frac_low"):
             metrics["clip_frac_low"] = ((clipped.sum(dtype=count.dtype) - high) / count).detach()
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(log_ratio, count, negate=True)
     return loss, metrics  # 0 on the padding already (see _prepare)
 
 
@@ -426,7 +430,7 @@ def kl_cov(
     if metric_wanted("kl_cov_frac"):
         metrics["kl_cov_frac"] = (count.new_tensor(float(k)) / count).detach()
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(log_ratio, count, negate=True)
     if metric_wanted("ppo_kl_abs"):
         metrics["ppo_kl_abs"] = _mean(log_ratio.abs(), count)
     return loss, metrics  # 0 on the padding already (see _prepare)
@@ -479,11 +483,12 @@ def _dppo(name, log_probs, old_log_probs, advantages, mask, low, high, clip_rati
     if metric_wanted("is_trunc_frac"):
         metrics["is_trunc_frac"] = _frac((flag(torch.gt, ratio, clip_ratio_c) * valid).mul_(m), count)
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(log_ratio, count, negate=True)
     return loss, metrics  # 0 on the padding already (see _prepare)
 
 
 @register_policy_loss("dppo_tv")
+@accepts_old_clip_names
 def dppo_tv(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -515,6 +520,7 @@ def dppo_tv(
 
 
 @register_policy_loss("dppo_kl")
+@accepts_old_clip_names
 def dppo_kl(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -540,6 +546,7 @@ def dppo_kl(
 
 
 @register_policy_loss("luspo")
+@accepts_old_clip_names
 def luspo(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -563,7 +570,7 @@ def luspo(
 
     Metrics: GSPO's (``clip_frac_low``, ``clip_frac_high``, ``seq_ratio_mean``, ``ppo_kl``).
     """
-    clip_ratio_high = _check_clip(clip_ratio_low, clip_ratio_high, "gspo")  # gspo's checks and messages
+    clip_ratio_high = check_clip_range(clip_ratio_low, clip_ratio_high, "gspo")  # gspo's checks and messages
     maskb, lp, old, adv, m, count = _prepare(log_probs, old_log_probs, advantages, mask)
     with torch.no_grad():
         # gspo's sequence ratio s_i = exp(clip(mean_t log rho_t)) ([B, 1]: the value of every token's s)
@@ -588,7 +595,7 @@ def luspo(
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = s.mean()
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _zero_padded_mean(token_log_ratio, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(token_log_ratio, count, negate=True)
     return loss, metrics
 
 
@@ -640,5 +647,5 @@ def vespo(
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = w.mean()
     if metric_wanted("ppo_kl"):
-        metrics["ppo_kl"] = _zero_padded_mean(log_ratio, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(log_ratio, count, negate=True)
     return loss, metrics  # 0 on the padding already (see _prepare)
