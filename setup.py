@@ -49,6 +49,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["rlhf_ext", "rlhf_ext.*"]),
     include_package_data=True,
+    # The report page's style and script, read at render time (rlhf_ext/report/assets/__init__.py).
+    package_data={"rlhf_ext.report.assets": ["*.css", "*.js"]},
     install_requires=[
         "torch>=2.4",
         "numpy",

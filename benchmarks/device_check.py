@@ -482,7 +482,7 @@ def run_step(report, device, cpu, steps, batch, seq, deadline):
         out = model(seqs)
         logp = torch.log_softmax(out.logits[:, :-1].float(), -1).gather(-1, seqs[:, 1:, None]).squeeze(-1)
         del out
-        loss_tok, metrics = alg.ppo(logp, old, advantages, mask, eps_low=0.2, eps_high=0.28)
+        loss_tok, metrics = alg.ppo(logp, old, advantages, mask, clip_ratio_low=0.2, clip_ratio_high=0.28)
         pl = alg.aggregate_loss(loss_tok, mask, "token-mean")
         kl, kl_metrics = alg.kl_estimate(logp, ref, "k3", mask=mask)
         loss = pl + 0.001 * alg.aggregate_loss(kl, mask, "token-mean")

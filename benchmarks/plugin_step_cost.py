@@ -173,7 +173,7 @@ def _reward_outputs(patched: bool, rewards, k: int = 4):
     import importlib.util
 
     from rlhf_ext.rewards.openrlhf_protocol import scorer_from_env
-    from rlhf_ext.rewards.path import reward_file_path
+    from rlhf_ext.rewards.reward_file import reward_file_path
 
     spec = importlib.util.spec_from_file_location("reward_func", reward_file_path())
     module = importlib.util.module_from_spec(spec)

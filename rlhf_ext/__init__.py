@@ -5,8 +5,9 @@ A map of the package. The subpackages are the product:
 * :mod:`rlhf_ext.algorithms` -- framework-free RL math (advantages, policy losses, KL, DAPO helpers),
   selectable by name through registries.
 * :mod:`rlhf_ext.rewards` -- rule rewards and a safe, fast math grader (framework-free too).
-* :mod:`rlhf_ext.npu` -- device detection, the ``transfer_to_npu`` / CPU shims and the post-import
-  hooks every patch waits on.
+* :mod:`rlhf_ext.npu` -- device detection and the ``transfer_to_npu`` / CPU shims.
+* :mod:`rlhf_ext.seams` -- the seam mechanism every host's glue and the device shims share: the
+  post-import hooks every patch waits on, the replacement ledger, the patch table, a host's release rule.
 * :mod:`rlhf_ext.patches` -- glue that plugs the above into OpenRLHF, MindSpeed-RL and verl (one
   subpackage per host) and retargets OpenRLHF to NPUs or the CPU.
 * :mod:`rlhf_ext.evalkit` -- benchmark evaluation on vLLM.
@@ -14,14 +15,14 @@ A map of the package. The subpackages are the product:
   suites of runs one at a time, the offline comparison page.
 * :mod:`rlhf_ext.alignment` -- ``rlhf-ext alignment``: do vLLM and the training forward agree?
 
-Modules at the top level are shared by several of those, or are one tool each:
+Shared by several of those:
 
-* :mod:`rlhf_ext.registry` -- the name registries (with entry points) of algorithms and rewards.
-* :mod:`rlhf_ext.runs` -- the run-record format, written by the OpenRLHF glue, read by report and the CLI.
-* :mod:`rlhf_ext.supervision` -- watching a training command (dead actors, leftover processes), for
-  the queue and the smoke tour.
-* :mod:`rlhf_ext.jsonfiles` -- atomic JSON writes and the strict JSONL reader every tool shares.
-* :mod:`rlhf_ext.argtypes` -- the argument types the tools and the ``rlhf-ext`` command share.
+* :mod:`rlhf_ext.runs` -- the run record (``rlhf_ext.run/1``): its files, reading, a run's status,
+  ``runs check``, throughput and MFU, the ``rlhf-ext runs`` command; written by the hosts' glue,
+  read by the report, the queue, evalkit and the CLI.
+* :mod:`rlhf_ext.ground` -- the ground floor, importing nothing of rlhf_ext: the name-registry
+  mechanism (``registry``), atomic JSON writes, the strict JSONL reader and the torn-line-safe
+  append (``jsonfiles``), argument types (``argtypes``), watching a training command (``supervision``).
 
 Entrances: :mod:`rlhf_ext.cli` is the ``rlhf-ext`` command (one subcommand per tool), and
 :mod:`rlhf_ext.tours` holds the runnable tours (``python -m rlhf_ext.tours.smoke``, ``.demo``,

@@ -89,9 +89,9 @@ def test_every_subcommand_is_declared_one_way():
         out = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         loaded[command] = set(json.loads(out.stdout))
-    tools = {"rlhf_ext.runs_cli", "rlhf_ext.queue.cli", "rlhf_ext.rewards.path", "rlhf_ext.report.cli",
+    tools = {"rlhf_ext.runs.cli", "rlhf_ext.queue.cli", "rlhf_ext.rewards.reward_file", "rlhf_ext.report.cli",
              "rlhf_ext.data.cli", "rlhf_ext.alignment", "rlhf_ext.tours.tiny_task", "rlhf_ext.rewards.server"}
-    assert loaded["runs"] & tools == {"rlhf_ext.runs_cli"}
+    assert loaded["runs"] & tools == {"rlhf_ext.runs.cli"}
     assert loaded["queue"] & tools == {"rlhf_ext.queue.cli"}
-    assert loaded["reward-file"] & tools == {"rlhf_ext.rewards.path"}
+    assert loaded["reward-file"] & tools == {"rlhf_ext.rewards.reward_file"}
     assert loaded[""] & tools == set()  # `rlhf-ext --help` lists the commands without importing a tool

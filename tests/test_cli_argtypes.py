@@ -57,7 +57,7 @@ def test_data_filter_rejects_a_fraction_outside_0_1(tmp_path, capsys):
 
 
 def test_the_types_live_below_the_tools_and_the_old_path_still_works():
-    import rlhf_ext.argtypes as ground
+    import rlhf_ext.ground.argtypes as ground
     from rlhf_ext.cli.argtypes import port, positive_float, positive_int, positive_seconds, probability
 
     assert (port, positive_float, positive_int, positive_seconds, probability) == \

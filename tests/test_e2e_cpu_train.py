@@ -13,7 +13,7 @@ import pytest
 from rlhf_ext.npu.cpu_kv_cache import ENV_KV_CACHE
 from rlhf_ext.algorithms.mismatch import DEFAULT_PROBS_DIFF_THRESHOLD
 from rlhf_ext.tours.smoke import ESTIMATOR_RECIPES, parse_train_log, run_training, train_command, weights_changed
-from rlhf_ext.supervision import failure_cause
+from rlhf_ext.ground.supervision import failure_cause
 
 STEPS = 2
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_ext.runcheck import check_run
+from rlhf_ext.runs.check import check_run
 from rlhf_ext.tours.smoke import parse_train_log, run_record_dir, run_training, train_command, weights_changed
 
 STEPS = 2

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from rlhf_ext.evalkit import choice_metrics
-from rlhf_ext.evalkit.cli import _custom_parser, _options
+from rlhf_ext.evalkit.commands.custom import parser as _custom_parser
+from rlhf_ext.evalkit.commands.evaluate import run_options as _options
 from rlhf_ext.evalkit.summary import compare_runs, render_compare_markdown, render_markdown, summarize
 from rlhf_ext.evalkit.runner import RunOptions, option_permutation, prompt_key, sample_view
 from rlhf_ext.evalkit.tasks import DataError, custom_task, load_task

@@ -9,7 +9,7 @@ def test_an_engine_dying_of_the_groups_ctrl_c_counts_as_the_interruption():
 
     code = (
         "import os, signal, threading, time\n"
-        "from rlhf_ext.evalkit.runner import _sigint_follows\n"
+        "from rlhf_ext.evalkit.interrupt import sigint_follows as _sigint_follows\n"
         "threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
         "t = time.monotonic(); hit = _sigint_follows(wait=10.0)\n"
         "print(hit, time.monotonic() - t < 5, _sigint_follows(wait=0.2))\n"

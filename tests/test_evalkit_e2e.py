@@ -235,7 +235,8 @@ def test_engine_arguments_on_cpu(tiny_model, monkeypatch):
 # run_eval(llm=...) in one subprocess, so this adds one vLLM start to the module, not one per run.
 _CHOICE_SCRIPT = r"""
 import json, sys
-from rlhf_ext.evalkit.cli import _custom_parser, _options
+from rlhf_ext.evalkit.commands.custom import parser as _custom_parser
+from rlhf_ext.evalkit.commands.evaluate import run_options as _options
 from rlhf_ext.evalkit.generation import EngineSettings, make_llm
 from rlhf_ext.evalkit.runner import run_eval
 

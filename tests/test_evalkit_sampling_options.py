@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from rlhf_ext.evalkit.cli import _options, _run_parser
+from rlhf_ext.evalkit.commands.evaluate import parser as _run_parser, run_options as _options
 from rlhf_ext.evalkit.records import write_json_atomic
 from rlhf_ext.evalkit.runner import RunOptions, prepare
 

@@ -1,10 +1,10 @@
-"""The one post-import hook module (rlhf_ext.patching.import_hooks), in the cases the two it replaced each handled."""
+"""The one post-import hook module (rlhf_ext.seams.import_hooks), in the cases the two it replaced each handled."""
 
 import sys
 
 import pytest
 
-from rlhf_ext.patching import import_hooks
+from rlhf_ext.seams import import_hooks
 
 
 @pytest.fixture()
@@ -27,7 +27,7 @@ def test_callback_registered_by_the_module_itself_runs_once_its_body_is_done(mod
     # A patch that, while its target is still executing under the hook's loader, asks to be told
     # when that module is imported must see the finished module, not a half-built one.
     name = module_dir("rlhf_ext_hook_self", (
-        "from rlhf_ext.patching import import_hooks\n"
+        "from rlhf_ext.seams import import_hooks\n"
         "seen = []\n"
         "import_hooks.when_imported(__name__, lambda m: seen.append(('inner', m.LATE)))\n"
         "LATE = 'defined after the registration'\n"

@@ -123,7 +123,7 @@ def _importers_of(package: str, among: str = "rlhf_ext") -> Dict[str, List[str]]
 def test_the_source_walk_sees_the_package():
     # the checks below are vacuous if the walk finds nothing; these edges exist by design
     assert len(MODULES) > 100
-    assert "rlhf_ext.patching.import_hooks" in GRAPH["rlhf_ext.patches.openrlhf"]
+    assert "rlhf_ext.seams.import_hooks" in GRAPH["rlhf_ext.patches.openrlhf"]
     assert "rlhf_ext.patches.retarget.sites" in GRAPH["rlhf_ext.patches.retarget.inventory"]
     assert "rlhf_ext.tours.smoke" in GRAPH["rlhf_ext.cli"]  # a function-level import
 
@@ -154,7 +154,7 @@ HOSTS = ("rlhf_ext.patches.openrlhf", "rlhf_ext.patches.mindspeed_rl", "rlhf_ext
 @pytest.mark.parametrize("host", HOSTS)
 def test_no_host_package_imports_another_hosts(host):
     """A fourth host is a package beside the others; what two hosts share lives below them
-    (``rlhf_ext.patching``) or in the activation room (the Ray carriage), never in one of them."""
+    (``rlhf_ext.seams``) or in the activation room (the Ray carriage), never in one of them."""
     for other in HOSTS:
         if other != host:
             assert _importers_of(other, among=host) == {}, other
@@ -169,14 +169,14 @@ def test_hosts_reach_into_activation_only_for_the_ray_carriage(host):
     assert GRAPH["rlhf_ext.patches.activation.ray_env"] == set()
 
 
-def test_the_patching_tools_stand_on_the_ground_floor():
+def test_the_seam_tools_stand_on_the_ground_floor():
     """Post-import hooks, the replacement ledger, the patch table and the host release rule import
     nothing of rlhf_ext outside their own package (the device shims and every host use them)."""
-    modules = [m for m in MODULES if _under(m, "rlhf_ext.patching")]
-    assert {"rlhf_ext.patching.import_hooks", "rlhf_ext.patching.ledger", "rlhf_ext.patching.seams",
-            "rlhf_ext.patching.host"} <= set(modules)  # fmt: skip
+    modules = [m for m in MODULES if _under(m, "rlhf_ext.seams")]
+    assert {"rlhf_ext.seams.import_hooks", "rlhf_ext.seams.ledger", "rlhf_ext.seams.table",
+            "rlhf_ext.seams.host"} <= set(modules)  # fmt: skip
     for module in modules:
-        assert {dep for dep in GRAPH[module] if not _under(dep, "rlhf_ext.patching")} == set(), module
+        assert {dep for dep in GRAPH[module] if not _under(dep, "rlhf_ext.seams")} == set(), module
 
 
 @pytest.mark.parametrize("package", ["rlhf_ext.algorithms", "rlhf_ext.rewards"])
@@ -220,7 +220,7 @@ def test_every_import_of_an_rlhf_ext_module_names_one_that_exists():
 
 def test_nothing_imports_the_cli_from_below():
     """The ``rlhf-ext`` command is the top floor: tools it dispatches to (``alignment``, ``data.cli``)
-    take shared pieces such as the argument types from below (``rlhf_ext.argtypes``), never from it."""
+    take shared pieces such as the argument types from below (``rlhf_ext.ground.argtypes``), never from it."""
     assert _importers_of("rlhf_ext.cli") == {}
 
 
@@ -230,8 +230,27 @@ def test_no_tool_imports_the_host_glue():
     assert _importers_of("rlhf_ext.patches") == {}
 
 
-@pytest.mark.parametrize("module", ["rlhf_ext.registry", "rlhf_ext.jsonfiles", "rlhf_ext.argtypes",
-                                    "rlhf_ext.throughput", "rlhf_ext.supervision",
-                                        "rlhf_ext.flops"])
+GROUND = sorted(m for m in MODULES if _under(m, "rlhf_ext.ground"))
+
+
+def test_the_ground_floor_is_the_ground_package():
+    # the rule below is vacuous if the walk finds no ground package
+    assert {"rlhf_ext.ground.registry", "rlhf_ext.ground.jsonfiles", "rlhf_ext.ground.argtypes",
+            "rlhf_ext.ground.supervision"} <= set(GROUND)  # fmt: skip
+
+
+@pytest.mark.parametrize("module", GROUND)
 def test_the_ground_floor_stands_alone(module):
-    assert GRAPH[module] == set(), module
+    assert {dep for dep in GRAPH[module] if not _under(dep, "rlhf_ext.ground")} == set(), module
+
+
+def test_the_run_record_stands_on_the_ground_floor():
+    """``rlhf_ext.runs`` (the run-record format, its reading, status, check, throughput and MFU) is
+    framework-free and imports of rlhf_ext only the ground floor: the report, the queue, evalkit and
+    every host's glue read and write run records through it."""
+    modules = [m for m in MODULES if _under(m, "rlhf_ext.runs")]
+    assert {"rlhf_ext.runs.throughput", "rlhf_ext.runs.flops", "rlhf_ext.runs.check"} <= set(modules)
+    for module in modules:
+        outside = {d for d in GRAPH[module] if not (_under(d, "rlhf_ext.ground") or _under(d, "rlhf_ext.runs"))}
+        assert outside == set(), module
+        assert sorted(n for n in IMPORTS[module] if n.split(".")[0] in FRAMEWORKS) == [], module

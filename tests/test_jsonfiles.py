@@ -1,4 +1,4 @@
-"""rlhf_ext.jsonfiles: the one atomic-replace rule and the one strict JSONL reader the tools share."""
+"""rlhf_ext.ground.jsonfiles: the one atomic-replace rule and the one strict JSONL reader the tools share."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from rlhf_ext.jsonfiles import atomic_writer, iter_jsonl, write_json_atomic, write_text_atomic
+from rlhf_ext.ground.jsonfiles import atomic_writer, iter_jsonl, write_json_atomic, write_text_atomic
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):

@@ -227,7 +227,7 @@ def test_vllm_samples_from_the_trained_policy_after_a_sync(fp32_lora, monkeypatc
     import vllm.model_executor.layers.utils as layer_utils
     from vllm import LLM, SamplingParams
 
-    from rlhf_ext.patching import ledger
+    from rlhf_ext.seams import ledger
     from rlhf_ext.patches.retarget.vllm_cpu_weights import patch_cpu_gemm_dispatch
 
     path, peft_model, tokenizer = fp32_lora

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from rlhf_ext import flops, runs
+from rlhf_ext import runs
+from rlhf_ext.runs import flops
 from rlhf_ext.patches.openrlhf import run_record as rr
-from rlhf_ext.flops import compute_block
-from rlhf_ext.throughput import PREFIX, step_throughput
+from rlhf_ext.runs.flops import compute_block
+from rlhf_ext.runs.throughput import PREFIX, step_throughput
 
 TINY = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2,
         "num_key_value_heads": 1, "intermediate_size": 16, "vocab_size": 32}
@@ -92,7 +93,7 @@ def test_report_run_table_mfu_by_hand_on_real_tiny_runs_and_the_reason_when_ther
     from pathlib import Path
 
     from rlhf_ext.report import load_runs
-    from rlhf_ext.report.throughput import throughput_rows
+    from rlhf_ext.report.throughput_table import throughput_rows
 
     tiny = Path(__file__).resolve().parent / "data" / "report_tiny" / "runs"
     for name in ("grpo", "dr_grpo"):

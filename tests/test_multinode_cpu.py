@@ -142,7 +142,7 @@ def two_node_cluster(tmp_path: Path, *, worker_python: Optional[str] = None, cpu
     127.0.0.1. On exit both nodes are stopped (SIGTERM, then SIGKILL of every process of the
     cluster) even when the body failed, and the temp dirs are removed.
     """
-    from rlhf_ext.supervision import ProcessTree
+    from rlhf_ext.ground.supervision import ProcessTree
     from rlhf_ext.tours.smoke import train_env
 
     # short: Ray puts AF_UNIX sockets (107 bytes at most) under the session directory in here. One per

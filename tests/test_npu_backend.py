@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from rlhf_ext import npu
-from rlhf_ext.patching import import_hooks, ledger
+from rlhf_ext.seams import import_hooks, ledger
 from rlhf_ext.npu.hccl_env import HCCL_DEFAULTS
 from rlhf_ext.patches.retarget import RetargetError, map_attn_implementation, retarget_backend
 from rlhf_ext.patches.retarget.weight_sync import GlooBroadcaster, retarget_sync_args

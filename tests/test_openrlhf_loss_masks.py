@@ -102,7 +102,7 @@ def expected_grad(loss_type, mask, old, adv, theta, keep, mode="token-mean"):
     OpenRLHF's gspo always reduces per sequence (its PolicyLoss forces it)."""
     if loss_type == "gspo" and mode == "token-mean":
         mode = "seq-mean-token-mean"
-    from rlhf_ext.patches.openrlhf.policy_loss import _accepted_kwargs, loss_candidates
+    from rlhf_ext.patches.openrlhf.policy_loss import flag_options
 
     lp = (old + theta).requires_grad_()
     eps = (3e-4, 4e-4) if loss_type == "gspo" else (0.2, 0.28)
@@ -114,7 +114,7 @@ def expected_grad(loss_type, mask, old, adv, theta, keep, mode="token-mean"):
         per_token = -torch.min(s * adv, s.clamp(1 - eps[0], 1 + eps[1]) * adv)
     else:
         fn = get_policy_loss(loss_type)
-        per_token, _ = fn(lp, old, adv, mask, **_accepted_kwargs(fn, loss_candidates(eps[0], eps[1], None)))
+        per_token, _ = fn(lp, old, adv, mask, **flag_options(fn, eps[0], eps[1], None))
     aggregate_loss(per_token * keep, mask, mode, num_tokens=mask.sum().float(),
                    num_seqs=torch.tensor(float(B))).backward()
     return lp.grad

@@ -297,22 +297,21 @@ def test_ratio_losses_in_openrlhfs_actor_every_mode(actor_module, name, mode):
 
 
 def test_flags_reach_the_ratio_losses_under_verls_names(actor_module):
-    from rlhf_ext.patches.openrlhf.policy_loss import loss_candidates
+    from rlhf_ext.algorithms import get_policy_loss
+    from rlhf_ext.patches.openrlhf.policy_loss import flag_options
 
-    assert loss_candidates(0.1, 0.3, None) == dict(eps_low=0.1, eps_high=0.3, clip_ratio_low=0.1, clip_ratio_high=0.3)
-    assert loss_candidates(0.1, 0.3, 4.0)["clip_ratio_c"] == 4.0
+    assert flag_options(get_policy_loss("ppo"), 0.1, 0.3, None) == dict(clip_ratio_low=0.1, clip_ratio_high=0.3)
+    assert flag_options(get_policy_loss("dppo_tv"), 0.1, 0.3, 4.0)["clip_ratio_c"] == 4.0
     loss_fn = actor_module.PolicyLoss(clip_eps_low=0.1, clip_eps_high=0.3, policy_loss_type="dppo_tv").configure("token-mean")
     assert loss_fn._call_kwargs == dict(clip_ratio_low=0.1, clip_ratio_high=0.3)
     loss_fn = actor_module.PolicyLoss(policy_loss_type="sapo").configure("token-mean", options={"tau_neg": 3.0})
     assert loss_fn._call_kwargs == {"tau_neg": 3.0}
 
 
-def test_a_loss_taking_kwargs_gets_openrlhfs_names_and_verl_names_only_when_it_names_them():
-    """A third-party loss written as ``f(..., **kwargs)`` that forwards to ``ppo`` must keep working
-    after verl-named options (clip_ratio_*) were added for the losses that use them."""
-    from rlhf_ext.patches.openrlhf.policy_loss import _accepted_kwargs, loss_candidates
-
-    candidates = loss_candidates(0.2, 0.28, 3.0)
+def test_a_loss_taking_kwargs_gets_what_ppo_takes_and_the_others_only_when_it_names_them():
+    """A third-party loss written as ``f(..., **kwargs)`` that forwards to ``ppo`` keeps working: it gets
+    ppo's options (the clip range under its one name, dual clip), not DPPO's ``clip_ratio_c``."""
+    from rlhf_ext.patches.openrlhf.policy_loss import flag_options
 
     def forwarding(log_probs, old_log_probs, advantages, mask, **kwargs):
         return kwargs
@@ -320,6 +319,7 @@ def test_a_loss_taking_kwargs_gets_openrlhfs_names_and_verl_names_only_when_it_n
     def verl_named(log_probs, old_log_probs, advantages, mask, *, clip_ratio_low=0.2, clip_ratio_c=3.0, **kwargs):
         return kwargs
 
-    assert _accepted_kwargs(forwarding, candidates) == {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0}
-    assert _accepted_kwargs(verl_named, candidates) == {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0,
-                                                        "clip_ratio_low": 0.2, "clip_ratio_c": 3.0}
+    assert flag_options(forwarding, 0.2, 0.28, 3.0) == {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28,
+                                                         "dual_clip": 3.0}
+    assert flag_options(verl_named, 0.2, 0.28, 3.0) == {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28,
+                                                         "dual_clip": 3.0, "clip_ratio_c": 3.0}

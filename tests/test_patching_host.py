@@ -1,11 +1,11 @@
-"""One release rule for every host (rlhf_ext.patching.host): the three hosts' refusals say what each
+"""One release rule for every host (rlhf_ext.seams.host): the three hosts' refusals say what each
 said when it had its own copy, the version is read once, the override lets any release through,
 and a host's registry functions are reachable at module level."""
 
 import pytest
 
-from rlhf_ext.patching.host import REGISTRY_FUNCTIONS, HostRelease, distribution_version
-from rlhf_ext.patching.seams import PatchRegistry
+from rlhf_ext.seams.host import REGISTRY_FUNCTIONS, HostRelease, distribution_version
+from rlhf_ext.seams.table import PatchRegistry
 
 
 def _hosts():

@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from rlhf_ext.rewards import MathGrader
-from rlhf_ext.rewards import grader as grader_module
+from rlhf_ext.rewards import grading_pool as grader_module
 
 
 def _count_messages(g):

@@ -345,7 +345,7 @@ def test_rewards_still_require_the_anchor():
 def test_evalkit_flag_default_and_resume(tmp_path):
     import json
 
-    from rlhf_ext.evalkit.cli import _options, _run_parser
+    from rlhf_ext.evalkit.commands.evaluate import parser as _run_parser, run_options as _options
 
     parse_args = _run_parser("math500", "").parse_args
     assert _options("math500", parse_args(["--model", "m"])).require_anchor is False
@@ -364,7 +364,8 @@ def test_evalkit_refuses_to_mix_grading_modes(tmp_path):
     import json
 
     from rlhf_ext.evalkit.records import RunDirError
-    from rlhf_ext.evalkit.runner import RunOptions, _check_existing
+    from rlhf_ext.evalkit.runner import RunOptions
+    from rlhf_ext.evalkit.resume import check_existing as _check_existing
 
     (tmp_path / "config.json").write_text(json.dumps({"suite": "math500", "generation": {},
                                                       "grading": {"require_anchor": True}}))

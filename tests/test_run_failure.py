@@ -25,7 +25,7 @@ from rlhf_ext.patches.retarget.rendezvous import (
     wait_for_ranks,
 )
 from rlhf_ext.tours.smoke import run_training
-from rlhf_ext.supervision import DeathWatch, ProcessTree, failure_cause
+from rlhf_ext.ground.supervision import DeathWatch, ProcessTree, failure_cause
 
 
 def test_sync_timeout_setting():

@@ -16,7 +16,7 @@ import math
 import pytest
 
 from rlhf_ext import runs
-from rlhf_ext.flops import ModelShape
+from rlhf_ext.runs.flops import ModelShape
 from rlhf_ext.cli import main as cli_main
 from rlhf_ext.patches.openrlhf.guard import GUARD_EXIT_CODE, tensor_digest
 from rlhf_ext.tours.smoke import parse_train_log, run_record_dir, run_training, train_command

@@ -12,7 +12,7 @@ import pytest
 from rlhf_ext import runs
 from rlhf_ext.cli import main
 from rlhf_ext.patches.openrlhf import run_record as rr
-from rlhf_ext.runcheck import CheckOptions, check_run
+from rlhf_ext.runs.check import CheckOptions, check_run
 
 
 def healthy_step(step: int) -> dict:

@@ -9,7 +9,7 @@ import pytest
 
 from rlhf_ext import runs
 from rlhf_ext.report import load_run
-from rlhf_ext.runcheck import check_run
+from rlhf_ext.runs.check import check_run
 
 START = {"event": "start", "step": 0}
 RESUME = {"event": "resume", "step": 5}
@@ -67,7 +67,7 @@ def test_every_reader_shows_the_same_status(tmp_path, events, expected):
 
 
 def test_the_report_reads_the_format_through_rlhf_ext_runs():
-    from rlhf_ext.report import runs as report_runs
+    from rlhf_ext.report import loaded_runs as report_runs
 
     assert (report_runs.CONFIG_FILE, report_runs.METRICS_FILE, report_runs.EVENTS_FILE, report_runs.INCIDENT_FILE) == \
         (runs.CONFIG, runs.METRICS, runs.EVENTS, runs.INCIDENT)

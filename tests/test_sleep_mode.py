@@ -149,7 +149,7 @@ def check_colocate_sleep_tis_run(output, rc, text, steps=2):
     """Assertions on such a run (``output``: train_command's ``output``; ``text``: the training log)."""
     import json
 
-    from rlhf_ext.runcheck import check_run
+    from rlhf_ext.runs.check import check_run
     from rlhf_ext.tours.smoke import parse_train_log, run_record_dir
 
     assert rc == 0, text[-3000:]

@@ -11,8 +11,8 @@ import pytest
 from rlhf_ext import runs
 from rlhf_ext.patches.openrlhf import run_record as rr
 from rlhf_ext.report import load_runs
-from rlhf_ext.report.throughput import throughput_rows
-from rlhf_ext.throughput import step_throughput
+from rlhf_ext.report.throughput_table import throughput_rows
+from rlhf_ext.runs.throughput import step_throughput
 
 TINY = Path(__file__).resolve().parent / "data" / "report_tiny" / "runs"
 

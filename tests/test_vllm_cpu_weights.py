@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.patches.retarget.vllm_cpu_weights import keep_weights_cpu_gemm, patch_cpu_gemm_dispatch
 
 

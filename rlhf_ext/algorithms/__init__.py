@@ -29,7 +29,11 @@ from .registry import (
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
 from .advantages import HOST_INPUTS, gdpo, gpg, host_inputs, opo, optimal_token_baseline, passk_best
 from .ppo_losses import gspo, noclip, pg, ppo, ppo_clip_fractions
-from .ratio_losses import cispo, clip_cov, dppo_kl, dppo_tv, gmpo, kl_cov, luspo, sapo, vespo
+from .loss_options import CLIP_HIGH, CLIP_LOW, OLD_CLIP_NAMES, accepted_options
+from .token_weight_losses import cispo, sapo
+from .sequence_losses import gmpo, luspo, vespo
+from .covariance_losses import clip_cov, kl_cov
+from .dppo_losses import dppo_kl, dppo_tv
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import abs_kl, k1, k2, k3, k3_bias_corrected, k3_plus, kl_estimate, parse_kl_clip
@@ -80,6 +84,10 @@ __all__ = [
     "host_inputs",
     "ppo",
     "ppo_clip_fractions",
+    "CLIP_LOW",
+    "CLIP_HIGH",
+    "OLD_CLIP_NAMES",
+    "accepted_options",
     "gspo",
     "pg",
     "noclip",

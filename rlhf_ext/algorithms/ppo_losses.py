@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .checks import check_token_inputs
+from .loss_options import accepts_old_clip_names, check_clip_range
 from .metric_requests import metric_wanted
 from .registry import register_policy_loss
 
@@ -37,7 +38,7 @@ def _masked_frac(flag: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) ->
     return ((flag & mask).sum() / count).detach()
 
 
-def _zero_padded_mean(x: torch.Tensor, count: torch.Tensor, *, negate: bool = False) -> torch.Tensor:
+def zero_padded_mean(x: torch.Tensor, count: torch.Tensor, *, negate: bool = False) -> torch.Tensor:
     """Mean over the ``count`` response tokens of ``x`` (of ``-x`` with ``negate``), ``x`` being already 0 on
     the padding: a plain sum, no ``where``. Negating the sum gives the sum of the negated values exactly
     (rounding to nearest is symmetric in sign), without a pass to negate every token."""
@@ -45,25 +46,16 @@ def _zero_padded_mean(x: torch.Tensor, count: torch.Tensor, *, negate: bool = Fa
     return ((-total if negate else total) / count).detach()
 
 
-def _check_clip(eps_low: float, eps_high: Optional[float], loss: str) -> float:
-    if eps_high is None:
-        eps_high = eps_low
-    if not (0 <= eps_low < 1):
-        raise ValueError(f"{loss}: eps_low must be in [0, 1), got {eps_low!r}")
-    if not eps_high >= 0:
-        raise ValueError(f"{loss}: eps_high must be >= 0, got {eps_high!r}")
-    return eps_high
-
-
 @register_policy_loss("ppo")
+@accepts_old_clip_names
 def ppo(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    eps_low: float = 0.2,
-    eps_high: Optional[float] = None,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: Optional[float] = None,
     dual_clip: Optional[float] = None,
     log_ratio_clip: Optional[float] = 20.0,
 ) -> Tuple[torch.Tensor, Metrics]:
@@ -71,17 +63,18 @@ def ppo(
     (Yu et al. 2025, arXiv 2503.14476) and dual clip (Ye et al. 2020, arXiv 1912.09729).
 
     ``rho = exp(clamp(log pi - log pi_old, +-log_ratio_clip))``;
-    ``L = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))``; with ``dual_clip = c > 1``,
-    for ``A < 0`` the loss is further capped at ``-c A``, so one token with a huge ratio cannot
-    dominate the update. ``eps_high`` defaults to ``eps_low`` (symmetric PPO); DAPO uses
-    0.2 / 0.28.
+    ``L = max(-A rho, -A clip(rho, 1 - clip_ratio_low, 1 + clip_ratio_high))``; with
+    ``dual_clip = c > 1``, for ``A < 0`` the loss is further capped at ``-c A``, so one token with a
+    huge ratio cannot dominate the update. ``clip_ratio_high`` defaults to ``clip_ratio_low``
+    (symmetric PPO); DAPO uses 0.2 / 0.28. The clip options are verl's keys; the old names
+    ``eps_low`` / ``eps_high`` are accepted for one release (DeprecationWarning).
 
-    Metrics: ``clip_frac_low`` (tokens where the lower bound binds: ``rho < 1 - eps_low`` and
-    ``A < 0``), ``clip_frac_high`` (``rho > 1 + eps_high`` and ``A > 0``), ``dual_clip_frac``,
+    Metrics: ``clip_frac_low`` (tokens where the lower bound binds: ``rho < 1 - clip_ratio_low`` and
+    ``A < 0``), ``clip_frac_high`` (``rho > 1 + clip_ratio_high`` and ``A > 0``), ``dual_clip_frac``,
     ``ppo_kl`` (mean of ``log pi_old - log pi``, the k1 estimate of KL(pi_old || pi)), and
     ``ratio_mean``.
     """
-    eps_high = _check_clip(eps_low, eps_high, "ppo")
+    clip_ratio_high = check_clip_range(clip_ratio_low, clip_ratio_high, "ppo")
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"ppo: dual_clip must be > 1 (e.g. 3.0), got {dual_clip!r}")
     maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
@@ -91,12 +84,12 @@ def ppo(
         log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
     ratio = torch.exp(log_ratio)
     surr = ratio * advantages
-    surr_clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    surr_clipped = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
     loss = -torch.min(surr, surr_clipped)
 
     metrics: Metrics = {
-        "clip_frac_low": _masked_mean(((ratio < 1.0 - eps_low) & (advantages < 0)).float(), maskb),
-        "clip_frac_high": _masked_mean(((ratio > 1.0 + eps_high) & (advantages > 0)).float(), maskb),
+        "clip_frac_low": _masked_mean(((ratio < 1.0 - clip_ratio_low) & (advantages < 0)).float(), maskb),
+        "clip_frac_high": _masked_mean(((ratio > 1.0 + clip_ratio_high) & (advantages > 0)).float(), maskb),
     }
     if dual_clip is not None:
         dual_bound = -dual_clip * advantages
@@ -108,22 +101,23 @@ def ppo(
     return _masked(loss, maskb), metrics
 
 
+@accepts_old_clip_names
 def ppo_clip_fractions(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    eps_low: float = 0.2,
-    eps_high: Optional[float] = None,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: Optional[float] = None,
     clipped: Optional[torch.Tensor] = None,
 ) -> Metrics:
     """:func:`ppo`'s ``clip_frac_low`` and ``clip_frac_high`` alone, for a loss computed elsewhere.
 
     For a training loop that already ran a PPO loss (e.g. OpenRLHF's, which reports only the sum
-    of the two) and wants the split per bound: ``rho < 1 - eps_low`` with ``A < 0``, and
-    ``rho > 1 + eps_high`` with ``A > 0``, as fractions of the tokens in ``mask``. Compared in log
-    space (``log rho < log(1 - eps_low)``), so no ``exp`` and no second pass through the loss; a
+    of the two) and wants the split per bound: ``rho < 1 - clip_ratio_low`` with ``A < 0``, and
+    ``rho > 1 + clip_ratio_high`` with ``A > 0``, as fractions of the tokens in ``mask``. Compared in log
+    space (``log rho < log(1 - clip_ratio_low)``), so no ``exp`` and no second pass through the loss; a
     token whose ratio lies within float rounding of a bound may be counted differently than
     :func:`ppo` counts it. No input checks and no host-device synchronisation: it runs in every
     micro-batch, after the loss has seen the same tensors. An empty ``mask`` gives 0.
@@ -132,29 +126,30 @@ def ppo_clip_fractions(
     (OpenRLHF's ``clip_ratio``); then only the upper bound is counted and ``clip_frac_low`` is
     ``clipped - clip_frac_high`` (kept within ``[0, clipped]``), which halves the work.
     """
-    eps_high = _check_clip(eps_low, eps_high, "ppo_clip_fractions")
+    clip_ratio_high = check_clip_range(clip_ratio_low, clip_ratio_high, "ppo_clip_fractions")
     with torch.no_grad():
         maskb = mask if mask.dtype == torch.bool else mask.bool()
         log_ratio = log_probs.detach() - old_log_probs
         tokens = maskb.sum().clamp(min=1).to(torch.float32)
-        high = ((log_ratio > math.log1p(eps_high)) & (advantages > 0) & maskb).sum() / tokens
+        high = ((log_ratio > math.log1p(clip_ratio_high)) & (advantages > 0) & maskb).sum() / tokens
         if clipped is not None:
             clipped = clipped.detach().to(high.dtype)
             high = torch.minimum(high, clipped)
             return {"clip_frac_low": clipped - high, "clip_frac_high": high}
-        low = ((log_ratio < math.log1p(-eps_low)) & (advantages < 0) & maskb).sum() / tokens
+        low = ((log_ratio < math.log1p(-clip_ratio_low)) & (advantages < 0) & maskb).sum() / tokens
         return {"clip_frac_low": low, "clip_frac_high": high}
 
 
 @register_policy_loss("gspo")
+@accepts_old_clip_names
 def gspo(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    eps_low: float = 3e-4,
-    eps_high: Optional[float] = 4e-4,
+    clip_ratio_low: float = 3e-4,
+    clip_ratio_high: Optional[float] = 4e-4,
     log_ratio_clip: Optional[float] = 10.0,
 ) -> Tuple[torch.Tensor, Metrics]:
     """GSPO: Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071).
@@ -165,18 +160,18 @@ def gspo(
     (sg = stop-gradient): every token's value equals ``s_i``, and when the per-token losses are
     averaged within each sequence (``seq-mean-token-mean``, GSPO's aggregation) the gradient is
     exactly that of the sequence objective ``-A_i s_i``. Loss per token:
-    ``max(-A s, -A clip(s, 1 - eps_low, 1 + eps_high))``; the paper's ranges are about
+    ``max(-A s, -A clip(s, 1 - clip_ratio_low, 1 + clip_ratio_high))``; the paper's ranges are about
     3e-4 / 4e-4. ``log_ratio_clip`` bounds ``log s_i`` before ``exp`` to avoid overflow.
 
     Metrics: ``clip_frac_low`` / ``clip_frac_high`` as in :func:`ppo` but on the sequence ratio
     (token-weighted), ``seq_ratio_mean``, ``ppo_kl``.
     """
-    eps_high = _check_clip(eps_low, eps_high, "gspo")
+    clip_ratio_high = check_clip_range(clip_ratio_low, clip_ratio_high, "gspo")
     maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
-    return _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ratio_clip)
+    return _gspo(log_probs, old_log_probs, advantages, maskb, clip_ratio_low, clip_ratio_high, log_ratio_clip)
 
 
-def _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ratio_clip, zeroed=False):
+def _gspo(log_probs, old_log_probs, advantages, maskb, low, high, log_ratio_clip, zeroed=False):
     """:func:`gspo` on inputs already checked (``maskb`` boolean). ``zeroed``: the inputs are 0 on the
     padding, so are the token log-ratios and the loss (a product with ``A = 0``): no ``where`` needed."""
     token_log_ratio = log_probs - old_log_probs
@@ -188,21 +183,21 @@ def _gspo(log_probs, old_log_probs, advantages, maskb, eps_low, eps_high, log_ra
     log_s = log_probs - log_probs.detach() + seq_log_ratio.detach()
     s = torch.exp(log_s)
     surr = s * advantages
-    surr_clipped = s.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    surr_clipped = s.clamp(1.0 - low, 1.0 + high) * advantages
     loss = -torch.min(surr, surr_clipped)
 
     s_val = s.detach()
     count = maskb.sum()
     metrics: Metrics = {}
     if metric_wanted("clip_frac_low"):
-        metrics["clip_frac_low"] = _masked_frac((s_val < 1.0 - eps_low) & (advantages < 0), maskb, count)
+        metrics["clip_frac_low"] = _masked_frac((s_val < 1.0 - low) & (advantages < 0), maskb, count)
     if metric_wanted("clip_frac_high"):
-        metrics["clip_frac_high"] = _masked_frac((s_val > 1.0 + eps_high) & (advantages > 0), maskb, count)
+        metrics["clip_frac_high"] = _masked_frac((s_val > 1.0 + high) & (advantages > 0), maskb, count)
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = torch.exp(seq_log_ratio.detach()).mean()
     if metric_wanted("ppo_kl"):
         # the masked token log-ratio is the same number on every response token (0 on padding)
-        metrics["ppo_kl"] = _zero_padded_mean(token_log_ratio, count, negate=True)
+        metrics["ppo_kl"] = zero_padded_mean(token_log_ratio, count, negate=True)
     return (loss if zeroed else _masked(loss, maskb)), metrics
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List
 
-from rlhf_ext.registry import EntryPointGroup, Registry, UnknownNameError
+from rlhf_ext.ground.registry import EntryPointGroup, Registry, UnknownNameError
+
+from .loss_options import adapt_old_clip_names
 
 ENTRY_POINT_GROUP = "rlhf_ext.algorithms"
 ENTRY_POINTS = EntryPointGroup(ENTRY_POINT_GROUP)
@@ -33,8 +35,18 @@ def register_advantage(name: str, *, override: bool = False):
 
 
 def register_policy_loss(name: str, *, override: bool = False):
-    """Register ``fn(log_probs, old_log_probs, advantages, mask, **options) -> (loss[B, T], metrics)``."""
-    return POLICY_LOSSES.register(name, override=override)
+    """Register ``fn(log_probs, old_log_probs, advantages, mask, **options) -> (loss[B, T], metrics)``.
+
+    A clip range is ``clip_ratio_low`` / ``clip_ratio_high``; a loss declaring the old names ``eps_low`` /
+    ``eps_high`` is registered behind an adapter taking the new ones (DeprecationWarning,
+    :func:`.loss_options.adapt_old_clip_names`). Returns ``fn`` itself."""
+    register = POLICY_LOSSES.register(name, override=override)
+
+    def decorator(fn: Callable) -> Callable:
+        register(adapt_old_clip_names(fn, name, stacklevel=3))
+        return fn
+
+    return decorator
 
 
 def register_kl_estimator(name: str, *, override: bool = False):

@@ -145,6 +145,47 @@ class CorrectionResult:
 # --- thresholds ----------------------------------------------------------------------------------
 
 
+def rejection_options(options) -> Tuple[str, ...]:
+    """A ``rollout_rs`` setting (``"a,b"``, a list, or empty / None / False) as its option names."""
+    if options is None or options is False or options == "":
+        return ()
+    parts = options.split(",") if isinstance(options, str) else [str(o) for o in options]
+    return tuple(name.strip() for name in parts if name.strip())
+
+
+def rejection_thresholds(options, thresholds, *, options_key: str = "rollout_rs",
+                         thresholds_key: str = "rollout_rs_threshold",
+                         thresholds_alone: bool = False) -> Dict[str, Threshold]:
+    """Every host's ``rollout_rs`` / ``rollout_rs_threshold`` pair -> ``{option: threshold}`` (the
+    :attr:`RolloutCorrection.rejection` mapping; each threshold is checked there).
+
+    ``options``: ``"a,b"`` or a list. ``thresholds``: one value for all the options, a comma string
+    as verl writes it, or a sequence with one entry per option; an entry is a number, ``"lo_hi"`` or
+    ``[lo, hi]``. ``options_key`` / ``thresholds_key`` name the two settings as the host spells them,
+    in the ``ValueError`` messages; ``thresholds_alone``: a threshold without options is ignored
+    (verl's config carries one by default) instead of refused."""
+    names = rejection_options(options)
+    if not names:
+        if thresholds is not None and not thresholds_alone:
+            raise ValueError(f"{thresholds_key} needs {options_key}")
+        return {}
+    if thresholds is None:
+        raise ValueError(f"{options_key} needs {thresholds_key} (one bound per option, or one for all)")
+    if isinstance(thresholds, str):
+        values = [v.strip() for v in thresholds.split(",") if v.strip()]
+    elif isinstance(thresholds, Sequence):
+        values = list(thresholds)
+    else:
+        values = [thresholds]
+    if len(values) == 1:
+        values = values * len(names)
+    if len(values) != len(names):
+        raise ValueError(f"{thresholds_key}: {len(values)} thresholds for {len(names)} rollout_rs options "
+                         f"({', '.join(names)})")
+    return {name: (list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v)
+            for name, v in zip(names, values)}
+
+
 def _positive(value, what: str) -> float:
     try:
         value = float(value)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from rlhf_ext.argtypes import positive_float as _positive_float
-from rlhf_ext.jsonfiles import iter_jsonl
-from rlhf_ext.argtypes import positive_int as _positive_int
+from rlhf_ext.ground.argtypes import positive_float as _positive_float
+from rlhf_ext.ground.jsonfiles import iter_jsonl
+from rlhf_ext.ground.argtypes import positive_int as _positive_int
 
 ROLLOUT_SETTINGS = {
     # name: (vLLM dtype, vLLM quantization)

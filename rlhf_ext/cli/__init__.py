@@ -5,15 +5,17 @@ Every subcommand is one row of ``_SUBCOMMANDS``: its name, the module that decla
 before that module is imported (``help``, ``description``). Only the module of the subcommand
 being run is imported, so ``rlhf-ext --help`` and each command stay fast; :func:`build_parser`
 with no argument declares every subcommand's flags (tests, documentation). A new tool adds its
-row. ``python -m rlhf_ext.cli`` is the same command; the argument types the tools share are in
-:mod:`rlhf_ext.argtypes` (below the tools that use them).
+row. The dispatch (the table, the handler, forwarded arguments) is :mod:`rlhf_ext.ground.subcommands`,
+which ``evalkit`` shares. ``python -m rlhf_ext.cli`` is the same command; the argument types the tools share are in
+:mod:`rlhf_ext.ground.argtypes` (below the tools that use them).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from typing import Dict, List, Optional
+
+from ..ground import subcommands
 
 _RAW = argparse.RawDescriptionHelpFormatter
 
@@ -31,7 +33,7 @@ _SUBCOMMANDS: Dict[str, tuple] = {
             "SIGINT/SIGTERM finish the requests in flight, then exit."
         ),
     )),
-    "reward-file": ("rlhf_ext.rewards.path", dict(
+    "reward-file": ("rlhf_ext.rewards.reward_file", dict(
         help="print the path of the OpenRLHF reward file (for --reward.remote_url), or verl's with --verl",
         description="Print the absolute path of rlhf_ext's reward file for a training framework: OpenRLHF's, e.g. "
                     '--reward.remote_url "$(rlhf-ext reward-file)" (configure it with RLHF_EXT_REWARD*), or with '
@@ -48,7 +50,7 @@ _SUBCOMMANDS: Dict[str, tuple] = {
         help="the whole story on CPU: tiny task -> evaluate -> GRPO through OpenRLHF -> evaluate",
         description="Same as python -m rlhf_ext.tours.smoke; run 'rlhf-ext smoke --help' for its flags.",
     )),
-    "runs": ("rlhf_ext.runs_cli", dict(
+    "runs": ("rlhf_ext.runs.cli", dict(
         help="run records of OpenRLHF runs with --plugin rlhf_ext: show or check one, import TensorBoard logs",
         description=(
             "Run records (docs/run_records.md): every train_ppo_ray --plugin rlhf_ext run writes "
@@ -102,13 +104,10 @@ def _declare(parser: argparse.ArgumentParser, module_name: Optional[str]) -> Non
     """The tool's own flags, and its ``run`` as the handler (``smoke``: its arguments, forwarded)."""
     if module_name is None:
         parser.add_argument("smoke_args", nargs=argparse.REMAINDER)
-        parser.set_defaults(handler=_run_smoke)
+        subcommands.forward_unknown_args(parser, "smoke_args")
+        parser.set_defaults(**{subcommands.HANDLER: _run_smoke})
         return
-    module = importlib.import_module(module_name)
-    if parser.description is None:
-        parser.description = module.__doc__
-    module.add_arguments(parser)
-    parser.set_defaults(handler=module.run)
+    subcommands.declare(parser, module_name)
 
 
 def _run_smoke(args: argparse.Namespace) -> int:
@@ -124,12 +123,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
         prog="rlhf-ext",
         description="rlhf_ext tools for RL fine-tuning with OpenRLHF (and friends).",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    subparsers.required = True
-    for name, (module_name, keywords) in _SUBCOMMANDS.items():
-        sub = subparsers.add_parser(name, **keywords)
-        if command is None or command == name:
-            _declare(sub, module_name)
+    subcommands.add_subcommands(parser, _SUBCOMMANDS, command, declare=_declare)
     return parser
 
 
@@ -139,11 +133,4 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The subcommand is the first word that is not an option (the top level has only -h).
     command = next((arg for arg in argv if not arg.startswith("-")), "")
-    parser = build_parser(command)
-    # parse_known_args: argparse's REMAINDER does not capture a leading option such as `smoke --help`.
-    args, extra = parser.parse_known_args(argv)
-    if args.command == "smoke":
-        args.smoke_args = extra + args.smoke_args
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args.handler(args)
+    return subcommands.run(subcommands.parse(build_parser(command), argv))

@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from ..ground.subcommands import set_subcommand_handler
 from .decontaminate import NgramIndex, load_benchmarks
 from .io import DataToolError, read_jsonl
 from .rules import char_shingles, cjk_fraction, normalize, web_junk
@@ -145,7 +146,7 @@ def add_clean_command(subparsers, make_parser, output_args) -> None:
     p.add_argument("--hits", type=Path, help="write every contamination hit (default: OUTPUT with "
                                              ".contamination.jsonl)")
     output_args(p, "cleaned file")
-    p.set_defaults(data_handler=run_clean)
+    set_subcommand_handler(p, run_clean)
 
 
 def run_clean(args: argparse.Namespace) -> int:

@@ -7,8 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..argtypes import positive_int as _positive
-from ..argtypes import probability as _probability
+from ..ground.argtypes import positive_int as _positive
+from ..ground.argtypes import probability as _probability
+from ..ground.subcommands import run_subcommand, set_subcommand_handler
 from .io import DataToolError
 
 
@@ -68,7 +69,7 @@ def add_data_commands(subparsers) -> None:
                         "the training reward does; default off (as evalkit): a response without one is graded on "
                         "its last math expression. A resumed directory keeps its own setting")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(data_handler=_run_sample)
+    set_subcommand_handler(p, _run_sample)
 
     # --- filter
     p = _parser(subparsers, "filter", "prompts whose pass rate is in a range, in OpenRLHF's prompt format",
@@ -88,7 +89,7 @@ def add_data_commands(subparsers) -> None:
                                                         "default prompt)")
     p.add_argument("--label-key", default="label", help="field for the gold answer (--data.label_key; default label)")
     _output_args(p, "prompt file")
-    p.set_defaults(data_handler=_run_filter)
+    set_subcommand_handler(p, _run_filter)
 
     # --- pairs
     p = _parser(subparsers, "pairs", "DPO pairs: correct vs wrong, and short vs long when all are correct",
@@ -107,7 +108,7 @@ def add_data_commands(subparsers) -> None:
     p.add_argument("--no-brevity", action="store_true", help="no short-vs-long pairs from all-correct prompts")
     p.add_argument("--text", action="store_true", help="plain text instead of chat messages")
     _output_args(p, "pair file")
-    p.set_defaults(data_handler=_run_pairs)
+    set_subcommand_handler(p, _run_pairs)
 
     # --- sft
     p = _parser(subparsers, "sft", "rejection-sampling SFT set: the correct answers of the kept prompts",
@@ -121,7 +122,7 @@ def add_data_commands(subparsers) -> None:
     p.add_argument("--max-per-prompt", type=_positive, help="at most this many answers per prompt, shortest first")
     p.add_argument("--text", action="store_true", help="plain prompt/response instead of chat messages")
     _output_args(p, "SFT file")
-    p.set_defaults(data_handler=_run_sft)
+    set_subcommand_handler(p, _run_sft)
 
     from .clean import add_clean_command
 
@@ -226,7 +227,7 @@ def run(args) -> int:
     from rlhf_ext.evalkit.tasks import DataError
 
     try:
-        return args.data_handler(args)
+        return run_subcommand(args)
     except (DataToolError, DataError, ValueError) as exc:
         print(f"rlhf-ext data {args.data_command}: error: {exc}", file=sys.stderr)
         return 2

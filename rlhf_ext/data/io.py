@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Iterable, List
 
-from ..jsonfiles import atomic_writer, iter_jsonl
+from ..ground.jsonfiles import atomic_writer, iter_jsonl
 
 
 class DataToolError(ValueError):

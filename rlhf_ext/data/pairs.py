@@ -25,16 +25,7 @@ import random
 from collections import Counter
 from typing import List, Tuple
 
-from .sample_dirs import PromptGroup, SampledRun, prompt_messages
-
-
-def _unique(samples: List[dict]) -> List[dict]:
-    seen, out = set(), []
-    for s in samples:
-        if s["response"] not in seen:
-            seen.add(s["response"])
-            out.append(s)
-    return out
+from .sample_dirs import PromptGroup, SampledRun, prompt_messages, response_tokens, unique_responses
 
 
 def _rng(seed: int, prompt_id: str) -> random.Random:
@@ -42,17 +33,13 @@ def _rng(seed: int, prompt_id: str) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def _tokens(s: dict) -> int:
-    return int(s.get("response_tokens", len(s["response"])))
-
-
 def pairs_for_group(g: PromptGroup, *, max_per_prompt: int = 4, seed: int = 0,
                     brevity: bool = True) -> Tuple[str, List[Tuple[dict, dict]]]:
     """``(rule, [(chosen sample, rejected sample), ...])`` for one prompt; rule explains an empty list too."""
     if g.n == 0:
         return "not_sampled", []
-    right = _unique([s for s in g.samples if s["correct"] and not s.get("truncated")])
-    wrong = _unique([s for s in g.samples if not s["correct"]])
+    right = unique_responses([s for s in g.samples if s["correct"] and not s.get("truncated")])
+    wrong = unique_responses([s for s in g.samples if not s["correct"]])
     if g.correct == 0:
         return "all_wrong", []
     if not right:
@@ -63,9 +50,9 @@ def pairs_for_group(g: PromptGroup, *, max_per_prompt: int = 4, seed: int = 0,
         return "mixed", combos[:max_per_prompt]
     if not brevity:
         return "all_correct", []
-    by_len = sorted(right, key=lambda s: (_tokens(s), int(s["sample_index"])))
+    by_len = sorted(right, key=lambda s: (response_tokens(s), int(s["sample_index"])))
     short, long = by_len[:2], by_len[-2:][::-1]
-    pairs = [(c, r) for c in short for r in long if c is not r and _tokens(c) < _tokens(r)]
+    pairs = [(c, r) for c in short for r in long if c is not r and response_tokens(c) < response_tokens(r)]
     return ("brevity", pairs) if pairs else ("all_correct_same_length", [])
 
 
@@ -91,7 +78,7 @@ def build_pairs(run: SampledRun, *, max_per_prompt: int = 4, seed: int = 0, brev
             else:
                 row.update(chosen=[{"role": "assistant", "content": chosen["response"]}],
                            rejected=[{"role": "assistant", "content": rejected["response"]}])
-            row.update(id=g.id, rule=rule, pass_rate=round(g.pass_rate, 6), chosen_tokens=_tokens(chosen),
-                       rejected_tokens=_tokens(rejected))
+            row.update(id=g.id, rule=rule, pass_rate=round(g.pass_rate, 6), chosen_tokens=response_tokens(chosen),
+                       rejected_tokens=response_tokens(rejected))
             rows.append(row)
     return rows, pair_counts, prompt_counts

@@ -156,3 +156,18 @@ def prompt_messages(run: SampledRun, group: PromptGroup) -> List[dict]:
     user = f"{group.problem}\n{BOXED_INSTRUCTION}" if template == "r1" else group.problem
     messages.append({"role": "user", "content": user})
     return messages
+
+
+def unique_responses(samples: List[dict]) -> List[dict]:
+    """``samples`` without repeated responses (the first of each kept, in order)."""
+    seen, out = set(), []
+    for s in samples:
+        if s["response"] not in seen:
+            seen.add(s["response"])
+            out.append(s)
+    return out
+
+
+def response_tokens(s: dict) -> int:
+    """A sample's response length in tokens (its characters when the record has no token count)."""
+    return int(s.get("response_tokens", len(s["response"])))

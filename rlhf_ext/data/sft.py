@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import List, Optional, Tuple
 
-from .pairs import _tokens, _unique
 from .ranges import AccRange
-from .sample_dirs import SampledRun, prompt_messages
+from .sample_dirs import SampledRun, prompt_messages, response_tokens, unique_responses
 
 
 def build_sft(run: SampledRun, keep: AccRange, *, max_per_prompt: Optional[int] = None,
@@ -31,12 +30,12 @@ def build_sft(run: SampledRun, keep: AccRange, *, max_per_prompt: Optional[int] 
         if g.pass_rate not in keep:
             counts["prompts_dropped_acc"] += 1
             continue
-        right = _unique([s for s in g.samples if s["correct"] and not s.get("truncated")])
+        right = unique_responses([s for s in g.samples if s["correct"] and not s.get("truncated")])
         if not right:
             counts["prompts_without_correct"] += 1
             continue
         counts["prompts_kept"] += 1
-        right.sort(key=lambda s: (_tokens(s), int(s["sample_index"])))
+        right.sort(key=lambda s: (response_tokens(s), int(s["sample_index"])))
         chosen = right if max_per_prompt is None else right[:max_per_prompt]
         counts["duplicates_or_capped"] += g.correct - len(chosen)
         for s in chosen:
@@ -44,7 +43,7 @@ def build_sft(run: SampledRun, keep: AccRange, *, max_per_prompt: Optional[int] 
                 row = {"prompt": g.prompt, "response": s["response"]}
             else:
                 row = {"messages": prompt_messages(run, g) + [{"role": "assistant", "content": s["response"]}]}
-            row.update(id=g.id, pass_rate=round(g.pass_rate, 6), response_tokens=_tokens(s))
+            row.update(id=g.id, pass_rate=round(g.pass_rate, 6), response_tokens=response_tokens(s))
             rows.append(row)
             counts["examples"] += 1
     return rows, counts

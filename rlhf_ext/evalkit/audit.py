@@ -30,7 +30,7 @@ import random
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..jsonfiles import iter_jsonl
+from ..ground.jsonfiles import iter_jsonl
 from .records import CONFIG_FILE, SAMPLES_FILE, RunDirError, SampleLog, write_json_atomic
 from .resolution import AUDIT_FILE
 
@@ -256,24 +256,21 @@ def run_audit(run_dir, n: int = 50, seed: int = 0, verdicts_file: Optional[Path]
     return report
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(
-        prog="evalkit audit",
-        description="Draw a stratified sample of an evaluation's graded answers (by task and grade), record the "
-                    "verdicts a person types (or --verdicts FILE), and report the grader's error rate with a 95%% "
-                    "interval in RUN_DIR/audit.json (used by 'evalkit compare' and 'rlhf-ext report' for the "
-                    "minimum effect). Rerun to continue judging.")
+def add_arguments(p) -> None:
+    """``evalkit audit``'s flags (its row in ``rlhf_ext.evalkit.cli.SUBCOMMANDS`` holds its description)."""
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="an evalkit output directory")
     p.add_argument("--n", type=int, default=50, help="answers to sample (default 50)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--verdicts", type=Path, default=None, metavar="FILE",
                    help='JSONL of {"id": "task/problem/sample", "correct": true|false}: the person\'s verdicts')
     p.add_argument("--json", action="store_true", help="print audit.json instead of the summary")
-    args = p.parse_args(argv)
+
+
+def run(args) -> int:
+    from ..ground.subcommands import usage_error
+
     if args.n < 1:
-        p.error(f"--n must be >= 1, got {args.n}")
+        usage_error(args, f"--n must be >= 1, got {args.n}")
     report = run_audit(args.run_dir, args.n, args.seed, args.verdicts)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .. import jsonfiles
+from ..ground import jsonfiles
 
 SAMPLES_FILE = "samples.jsonl"
 CONFIG_FILE = "config.json"
@@ -75,33 +75,11 @@ class SampleLog:
 
     def torn_bytes(self) -> int:
         """Length of an unterminated last line (0 if the file ends cleanly)."""
-        if not self.path.exists():
-            return 0
-        size = self.path.stat().st_size
-        if size == 0:
-            return 0
-        with open(self.path, "rb") as f:
-            # Scan backwards in blocks for the last newline; records can be long (full responses).
-            pos, block = size, 1 << 16
-            while pos > 0:
-                start = max(0, pos - block)
-                f.seek(start)
-                chunk = f.read(pos - start)
-                idx = chunk.rfind(b"\n")
-                if idx >= 0:
-                    return size - (start + idx + 1)
-                pos = start
-        return size
+        return jsonfiles.torn_tail_bytes(self.path)
 
     def repair(self) -> int:
         """Truncate a torn last line; return the number of bytes removed."""
-        torn = self.torn_bytes()
-        if torn:
-            with open(self.path, "r+b") as f:
-                f.truncate(self.path.stat().st_size - torn)
-                f.flush()
-                os.fsync(f.fileno())
-        return torn
+        return jsonfiles.drop_torn_tail(self.path, fsync=True)
 
     def append(self, records: Iterable[dict]) -> int:
         """Append records, one line each, in a single write; return how many were written."""
@@ -110,12 +88,8 @@ class SampleLog:
             return 0
         if self._fd is None:
             self.repair()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        payload = "".join(lines).encode("utf-8")
-        view = memoryview(payload)
-        while view:  # os.write may write less than asked (signals, huge payloads): finish the job
-            written = os.write(self._fd, view)
-            view = view[written:]
+            self._fd = jsonfiles.open_append(self.path)
+        jsonfiles.write_all(self._fd, "".join(lines).encode("utf-8"))
         now = time.monotonic()
         if now - self._last_sync >= self.fsync_interval:
             os.fsync(self._fd)

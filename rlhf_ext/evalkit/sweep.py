@@ -28,7 +28,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from rlhf_ext import runs
 
@@ -117,27 +117,26 @@ def sweep(run_dir, task: str, output, options: Sequence[str] = (), include_start
     return failed
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    import argparse
+def add_arguments(p) -> None:
+    """``evalkit sweep``'s flags; the options it does not know are evalkit's run options, passed to every
+    evaluation (its row in ``rlhf_ext.evalkit.cli.SUBCOMMANDS`` holds its description)."""
+    from ..ground.subcommands import forward_unknown_args
 
-    p = argparse.ArgumentParser(
-        prog="evalkit sweep",
-        description="Evaluate the starting model, every checkpoint (Hugging Face exports, --ckpt.save_hf) and "
-                    "the final model of a training run with one protocol, into OUTPUT/step_<N>; rerun to continue "
-                    "(complete steps are skipped). Options after the task are evalkit's run options, e.g. "
-                    "--n-samples 8 --template r1-zero --data test.jsonl.",
-        epilog="example: evalkit sweep runs/grpo/ckpt/rlhf_ext_run gsm8k --output runs/grpo/evals -- "
-               "--data gsm8k_test.jsonl --n-samples 4 --template r1-zero")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run record (config.json, events.jsonl)")
     p.add_argument("task", help="evalkit task (gsm8k, math500, ...) or 'run' for a custom task (--data, --name)")
     p.add_argument("--output", type=Path, required=True, help="sweep directory (one evalkit run per step)")
     p.add_argument("--no-start", action="store_true", help="do not evaluate the starting model (step 0)")
     p.add_argument("--dry-run", action="store_true", help="print the evaluations that would run")
-    args, rest = p.parse_known_args(argv)
-    rest = [a for a in rest if a != "--"]
+    forward_unknown_args(p, "evalkit_options")
+
+
+def run(args) -> int:
+    from ..ground.subcommands import usage_error
+
+    rest = [a for a in args.evalkit_options if a != "--"]
     for bad in ("--model", "--output", "--resume"):
         if bad in rest:
-            p.error(f"{bad} is set by the sweep for each checkpoint")
+            usage_error(args, f"{bad} is set by the sweep for each checkpoint")
     failed = sweep(args.run_dir, args.task, args.output, rest, include_start=not args.no_start,
                    dry_run=args.dry_run, log=lambda m: print(m, file=sys.stderr, flush=True))
     return 1 if failed else 0

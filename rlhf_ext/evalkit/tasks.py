@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 from urllib.parse import urlparse
 
-from ..jsonfiles import iter_jsonl
+from ..ground.jsonfiles import iter_jsonl
 
 
 class DataError(ValueError):

@@ -100,7 +100,8 @@ def detect_backend() -> str:
     return backend_override() or _probe_hardware()
 
 
-def _resolve(backend: Optional[str]) -> str:
+def resolve_backend(backend: Optional[str]) -> str:
+    """``backend`` checked against :data:`BACKENDS`, or the detected one when None."""
     if backend is None:
         return detect_backend()
     if backend not in BACKENDS:
@@ -110,12 +111,12 @@ def _resolve(backend: Optional[str]) -> str:
 
 def device_name(backend: Optional[str] = None) -> str:
     """The torch device type string: ``"npu"``, ``"cuda"`` or ``"cpu"``."""
-    return _resolve(backend)
+    return resolve_backend(backend)
 
 
 def torch_device_module(backend: Optional[str] = None) -> ModuleType:
     """``torch.npu``, ``torch.cuda`` or ``torch.cpu``: the module with ``synchronize``, ``current_device``..."""
-    name = _resolve(backend)
+    name = resolve_backend(backend)
     import torch
 
     if name == "npu":
@@ -129,23 +130,23 @@ def torch_device_module(backend: Optional[str] = None) -> ModuleType:
 
 def comm_backend(backend: Optional[str] = None) -> str:
     """The ``torch.distributed`` backend: ``"hccl"``, ``"nccl"`` or ``"gloo"``."""
-    return _COMM_BACKEND[_resolve(backend)]
+    return _COMM_BACKEND[resolve_backend(backend)]
 
 
 def ray_resource_name(backend: Optional[str] = None) -> Optional[str]:
     """Ray's resource name for one device: ``"NPU"``, ``"GPU"``, or None on CPU (no accelerator resource)."""
-    return _RAY_RESOURCE[_resolve(backend)]
+    return _RAY_RESOURCE[resolve_backend(backend)]
 
 
 def visible_devices_env(backend: Optional[str] = None) -> Optional[str]:
     """The variable that restricts a process to some devices: ``ASCEND_RT_VISIBLE_DEVICES`` /
     ``CUDA_VISIBLE_DEVICES``, None on CPU."""
-    return _VISIBLE_DEVICES_ENV[_resolve(backend)]
+    return _VISIBLE_DEVICES_ENV[resolve_backend(backend)]
 
 
 def ray_noset_visible_devices_env(backend: Optional[str] = None) -> Optional[str]:
     """The variable that stops Ray from setting :func:`visible_devices_env` for each worker."""
-    return _RAY_NOSET_ENV[_resolve(backend)]
+    return _RAY_NOSET_ENV[resolve_backend(backend)]
 
 
 def reset_detection_cache() -> None:
@@ -165,6 +166,7 @@ __all__ = [
     "ray_noset_visible_devices_env",
     "ray_resource_name",
     "reset_detection_cache",
+    "resolve_backend",
     "torch_device_module",
     "visible_devices_env",
 ]

@@ -29,7 +29,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.npu.device_mesh import retarget_init_device_mesh
 
 _lock = threading.Lock()
@@ -309,7 +309,7 @@ def is_applied() -> bool:
 
 
 def _forget_applied() -> None:
-    """Tests only: after :func:`rlhf_ext.patching.ledger.restore_all`, allow applying again."""
+    """Tests only: after :func:`rlhf_ext.seams.ledger.restore_all`, allow applying again."""
     global _applied
     _applied = False
 

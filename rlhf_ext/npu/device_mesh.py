@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 
 
 def _mesh_device_mapper(device_type: str):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
-from rlhf_ext.npu.backend import _resolve, ray_resource_name
+from rlhf_ext.npu.backend import ray_resource_name, resolve_backend
 
 
 def retarget_bundle(bundle: Mapping[str, float], backend: Optional[str] = None) -> Dict[str, float]:
@@ -22,7 +22,7 @@ def retarget_bundle(bundle: Mapping[str, float], backend: Optional[str] = None) 
     On CPU the GPU amount is dropped; a bundle left with no resource at all asks for that many CPUs
     instead, since Ray rejects empty bundles.
     """
-    name = _resolve(backend)
+    name = resolve_backend(backend)
     out = dict(bundle)
     if name == "cuda" or "GPU" not in out:
         return out
@@ -41,7 +41,7 @@ def retarget_actor_options(options: Mapping[str, Any], backend: Optional[str] = 
     NPU: ``num_gpus=n`` -> ``num_gpus=0, resources={..., "NPU": n}``; CPU: ``num_gpus=0``. The explicit
     0 matters: it overrides a ``@ray.remote(num_gpus=1)`` decorator default.
     """
-    name = _resolve(backend)
+    name = resolve_backend(backend)
     out = dict(options)
     amount = out.get("num_gpus")
     if name == "cuda" or not amount:
@@ -65,7 +65,7 @@ def ray_actor_resources(amount: float, backend: Optional[str] = None) -> Dict[st
 def local_device_ids(backend: Optional[str] = None) -> List[int]:
     """Ids of the devices Ray assigned to the calling worker (as seen before any visible-devices
     masking); ``[]`` outside an actor that asked for devices, and always on CPU."""
-    name = _resolve(backend)
+    name = resolve_backend(backend)
     if name == "cpu":
         return []
     import ray

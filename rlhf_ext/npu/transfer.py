@@ -25,7 +25,7 @@ import functools
 import threading
 from typing import Optional
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.npu.backend import CANN_SET_ENV_HINT, BackendUnavailableError, detect_backend, import_torch_npu
 from rlhf_ext.npu.device_mesh import retarget_init_device_mesh
 from rlhf_ext.npu.hccl_env import apply_hccl_defaults

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..argtypes import positive_seconds
+from ..ground.argtypes import positive_seconds
+from ..ground.subcommands import run_subcommand, set_subcommand_handler
 
 EPILOG = """\
 examples:
@@ -47,26 +48,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help="override a suite variable, repeatable (e.g. --set tiny=runs/tiny)")
     run_parser.add_argument("--only", default=None, metavar="RUN,RUN",
                             help="run only these runs of the suite (comma-separated names), in suite order")
-    run_parser.set_defaults(queue_handler=_run_queue_run)
+    set_subcommand_handler(run_parser, _run_queue_run)
     st = sub.add_parser("status", help="print a queue's runs, statuses, exit codes and reasons")
     st.add_argument("output", help="queue directory")
-    st.set_defaults(queue_handler=_run_queue_status)
+    set_subcommand_handler(st, _run_queue_status)
     sp = sub.add_parser("stop", help="stop a queue's runner: its running command is killed, the run marked "
                                      "interrupted")
     sp.add_argument("output", help="queue directory")
     sp.add_argument("--wait", type=positive_seconds, default=60.0,
                     help="seconds to wait for the runner to finish stopping (default: 60)")
-    sp.set_defaults(queue_handler=_run_queue_stop)
+    set_subcommand_handler(sp, _run_queue_stop)
     rp = sub.add_parser("report", help="one HTML page comparing the queue's runs (rlhf-ext report over every "
                                        "run record, named as in the suite, with their evaluations)")
     rp.add_argument("output", help="queue directory")
     rp.add_argument("-o", "--html", default=None, help="HTML file to write (default: <queue directory>/report.html)")
     rp.add_argument("--title", default=None, help="page title (default: '<suite>: N runs')")
-    rp.set_defaults(queue_handler=_run_queue_report)
+    set_subcommand_handler(rp, _run_queue_report)
 
 
 def run(args) -> int:
-    return args.queue_handler(args)
+    return run_subcommand(args)
 
 
 def _queue_errors():

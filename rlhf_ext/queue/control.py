@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Optional, TextIO
 
+from .. import runs
 from .lock import read_holder
 from .manifest import Manifest
 
@@ -77,7 +78,7 @@ def report(output, html=None, *, title: Optional[str] = None, out: Optional[Text
     run_dirs, names, skipped = [], [], []
     for r in d["runs"]:
         record = r.get("record_dir")
-        if record and (Path(record) / "config.json").is_file():
+        if record and (Path(record) / runs.CONFIG).is_file():
             run_dirs.append(record)
             names.append(r["name"])
         else:

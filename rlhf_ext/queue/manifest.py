@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..jsonfiles import write_json_atomic
+from ..ground.jsonfiles import write_json_atomic
 
 SCHEMA = "rlhf_ext.queue/1"
 MANIFEST = "manifest.json"

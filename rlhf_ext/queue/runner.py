@@ -12,7 +12,7 @@ Rules (docs/queue.md):
   ``previous_attempts``, so a retry never overwrites results;
 * SIGINT / SIGTERM (Ctrl-C, ``rlhf-ext queue stop``) stop the running command's whole process
   group and every process it started in other sessions (Ray's daemons;
-  :class:`rlhf_ext.supervision.ProcessTree`), mark the run ``interrupted`` and end the queue;
+  :class:`rlhf_ext.ground.supervision.ProcessTree`), mark the run ``interrupted`` and end the queue;
 * each command runs in its own session, in the directory the queue was first started from, with
   ``DIR/snapshot/code`` first on ``PYTHONPATH`` and ``PYTHONSAFEPATH=1`` (so a checkout in the
   working directory cannot shadow the snapshot); with
@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, TextIO
 
-from rlhf_ext.supervision import ProcessTree
+from rlhf_ext.ground.supervision import ProcessTree
 
 from . import manifest as mf
 from .lock import QueueLock, QueueLockedError

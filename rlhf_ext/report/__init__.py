@@ -25,7 +25,7 @@ from .groups import GroupComparison, GroupStat, SeedGroup, seed_groups
 from .headline import headline
 from .page import SIZE_BOUND_BYTES, ReportData, collect, incident_rows, render_html, write_report
 from .panels import PANELS, Panel, resolve
-from .runs import RunRecord, RunRecordError, load_run, load_runs
+from .loaded_runs import RunRecord, RunRecordError, load_run, load_runs
 from .samples import SampleSource, SampleView, eval_source, run_source, viewer_payload
 from .series import (
     WindowStats,

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from .runs import flatten
+from .loaded_runs import flatten
 
 ABSENT = object()
 """Marks a key one run lacks (shown as a dash), distinct from a recorded ``null``."""
@@ -64,7 +64,7 @@ def diff_configs(configs: Sequence[dict]) -> ConfigDiff:
     keys, values, same, hidden = [], {}, 0, 0
     for key in all_keys:
         row = [v.get(key, ABSENT) for v in views]
-        if len({_canonical(x) for x in row}) <= 1:
+        if len({canonical(x) for x in row}) <= 1:
             same += 1
             continue
         if is_output_location(key):
@@ -75,7 +75,7 @@ def diff_configs(configs: Sequence[dict]) -> ConfigDiff:
     return ConfigDiff(keys=keys, values=values, same=same, output_locations=hidden)
 
 
-def _canonical(value) -> str:
+def canonical(value) -> str:
     if value is ABSENT:
         return "\0absent"
     if isinstance(value, float) and value == int(value) and abs(value) < 2**53:

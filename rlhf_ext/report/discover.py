@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from .runs import CONFIG_FILE, SCHEMA_PREFIX
+from .loaded_runs import CONFIG_FILE, SCHEMA_PREFIX
 
 
 def _config(path: Path) -> Optional[dict]:

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..evalkit.records import RunDirError, read_json
 from ..evalkit.summary import compare_runs
 from ..evalkit.summary import report as evalkit_report
-from .runs import RunRecord
+from .loaded_runs import RunRecord
 
 _GLOBAL_STEP = re.compile(r"global_step(\d+)")
 METRICS = ("avg@n", "pass@k", "maj@n")

@@ -18,7 +18,7 @@ import numpy as np
 from .evals import EvalPoint, common_pass_k, tasks_of
 from .evals import series as eval_series
 from .panels import PanelData, timing_phases
-from .runs import RunRecord
+from .loaded_runs import RunRecord
 from .series import minmax_downsample, moving_average, stride_downsample
 
 MAX_RAW_POINTS = 800
@@ -359,4 +359,25 @@ def training_eval_figures(runs: Sequence[RunRecord], colors: Sequence[str]) -> L
             yaxis=dict(title=dict(text=key.split("/", 1)[1])),
             legend=dict(orientation="h", yanchor="top", y=-0.24, x=0, font=dict(size=11)))
         out.append((f"fig-traineval-{n}", fig))
+    return out
+
+
+BUDGET_KNOTS = 800
+"""Points per run of the samples / tokens axes; longer runs are interpolated linearly between them."""
+
+
+def budget_axes(runs: Sequence[RunRecord]) -> Dict[str, Dict[str, object]]:
+    """Per run name and budget (``samples``, ``tokens``): ``steps`` and the cumulative count at those
+    steps (base64 float32; at most :data:`BUDGET_KNOTS` evenly spaced steps, first and last kept),
+    for the page's equal-budget x axes. Steps whose count is unknown are left out."""
+    out: Dict[str, Dict[str, object]] = {}
+    for run in runs:
+        entry: Dict[str, object] = {"name": run.name}
+        for name, values in run.budget().items():
+            keep = np.isfinite(values)
+            if keep.any():
+                x, y = stride_downsample(run.steps[keep].astype(np.float64), values[keep], BUDGET_KNOTS)
+                entry[name] = {"steps": b64_f32(x), "values": b64_f32(y)}
+        if len(entry) > 1:
+            out[run.name] = entry
     return out

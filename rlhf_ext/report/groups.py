@@ -26,9 +26,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .configdiff import _canonical, comparable_view, is_output_location
+from .configdiff import canonical, comparable_view, is_output_location
 from .evals import EvalPoint
-from .runs import RunRecord
+from .loaded_runs import RunRecord
 from .series import final_window
 
 _SEED_KEY = re.compile(r"(^|\.)seed$")
@@ -41,7 +41,7 @@ def is_seed_key(key: str) -> bool:
 
 def recipe_key(config: dict) -> str:
     """The comparable configuration without seeds and output locations, as one canonical string."""
-    view = {k: _canonical(v) for k, v in comparable_view(config).items()
+    view = {k: canonical(v) for k, v in comparable_view(config).items()
             if not is_seed_key(k) and not is_output_location(k)}
     return json.dumps(view, sort_keys=True)
 

@@ -23,7 +23,7 @@ import numpy as np
 from .evals import PairRow
 from .groups import GroupComparison, SeedGroup, has_seed_groups
 from .panels import PASS_RATE_KEYS, TIMING_TOTAL
-from .runs import RUNNING, RunRecord
+from .loaded_runs import RUNNING, RunRecord
 from .series import WindowStats, difference_exceeds_noise, final_window, first_window
 
 DEFAULT_WINDOW = 10

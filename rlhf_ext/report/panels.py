@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .runs import RunRecord
+from .loaded_runs import RunRecord
 
 
 @dataclass(frozen=True)

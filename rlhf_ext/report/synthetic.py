@@ -21,6 +21,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from .. import runs
+
 _ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "maxrl", "passk", "gspo", "grpo", "dr_grpo", "rloo")
 
 
@@ -59,13 +61,13 @@ def write_synthetic_run(path, *, steps: int = 200, seed: int = 0, estimator: str
         **(extra_args or {}),
     }
     config = {
-        "schema": "rlhf_ext.run/1", "name": name, "args": args,
+        "schema": runs.SCHEMA, "name": name, "args": args,
         "plugin": {"version": "0.1.0", "guard": "stop", "mismatch_metrics": mismatch, "mismatch_threshold": 0.005},
         "versions": {"rlhf_ext": "0.1.0", "openrlhf": "0.11.2", "torch": "2.13.0", "vllm": "0.32.0"},
         "git": {"commit": "0" * 40, "dirty": False, "cwd": str(path)},
         "data_sha256": {"/data/train.jsonl": "ab" * 32}, "started_at": started,
     }
-    (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    runs.write_json_atomic(path / runs.CONFIG, config)
 
     last = steps if nonfinite_at is None or status != "stopped_by_guard" else nonfinite_at
     t = np.arange(1, steps + 1)
@@ -132,18 +134,18 @@ def write_synthetic_run(path, *, steps: int = 200, seed: int = 0, estimator: str
     end_time = started + elapsed
     if status == "stopped_by_guard" and nonfinite_at is not None:
         events.append({"event": "guard_incident", "time": end_time, "step": nonfinite_at, "tensor": "loss",
-                       "rank": 0, "mode": "stop", "incident": "incident.json"})
-        (path / "incident.json").write_text(_dump({
+                       "rank": 0, "mode": "stop", "incident": runs.INCIDENT})
+        runs.write_json_atomic(path / runs.INCIDENT, {
             "step": nonfinite_at, "micro_batch": 1, "tensor": "loss", "rank": 0, "sample_indices": [4, 5],
-            "prompts": ["What is 2 + 2?", "What is 3 + 5?"], "last_good_checkpoint": None, "time": end_time}))
+            "prompts": ["What is 2 + 2?", "What is 3 + 5?"], "last_good_checkpoint": None, "time": end_time})
     if status != "running":
         events.append({"event": "end", "time": end_time, "step": last, "status": status,
                        "exit_code": {"finished": 0, "stopped_by_guard": 3, "crashed": 1}.get(status, 1)})
-    text = "".join(_dump(rec) + "\n" for rec in lines)
-    if torn_tail:
-        text += _dump(step_line(last + 1, elapsed + step_seconds))[:40]
-    (path / "metrics.jsonl").write_text(text)
-    (path / "events.jsonl").write_text("".join(_dump(e) + "\n" for e in events))
+    runs.rewrite_jsonl(path / runs.METRICS, lines)
+    if torn_tail:  # a writer killed mid-line
+        with open(path / runs.METRICS, "a") as f:
+            f.write(_dump(step_line(last + 1, elapsed + step_seconds))[:40])
+    runs.rewrite_jsonl(path / runs.EVENTS, events)
     return path
 
 

@@ -65,9 +65,9 @@ def __getattr__(name):
     # Loaded on first use, so that `python -m rlhf_ext.rewards.path` runs without runpy's
     # "found in sys.modules" warning.
     if name in ("reward_file_path", "verl_reward_file_path", "resolve_remote_url"):
-        from . import path
+        from . import reward_file
 
-        return getattr(path, name)
+        return getattr(reward_file, name)
     if name in ("agent_reward", "AgentReward"):  # an OpenRLHF agent's step reward (imports torch when called)
         from . import agent
 

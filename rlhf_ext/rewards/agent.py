@@ -38,7 +38,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .config import RewardConfig
 from .openrlhf_protocol import ERROR_KEY, RecoveredResponse, RewardScorer, recover_response
-from .path import short_form_spec
+from .reward_file import short_form_spec
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +73,7 @@ class AgentReward:
             if not isinstance(text, str):
                 raise ValueError(f"the text to grade must be a string, got {type(text).__name__}")
             clean = recover_response(text, "").text  # trailing EOS / special tokens, if the turn kept them
-            out = self.scorer._score([text], [""], [label],
-                                     recovered=[RecoveredResponse(clean, bool(truncated), True)])
+            out = self.scorer.score_responses([RecoveredResponse(clean, bool(truncated), True)], [label])
             return {"rewards": float(out["rewards"][0]), "scores": float(out["scores"][0]),
                     "extra_logs": {k: float(v[0]) for k, v in out["extra_logs"].items()}}
         except Exception as exc:  # inside a rollout: score and report, never raise

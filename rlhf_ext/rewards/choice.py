@@ -50,7 +50,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .extraction import _ANSWER_PHRASE, MAX_ANSWER_CHARS, _join_boxes, _last_answer_tag, find_final_boxes
+from .answer_finding import ANSWER_PHRASE, MAX_ANSWER_CHARS, find_final_boxes, join_boxes, last_answer_tag
 
 ANSWER_TYPES = ("math", "choice", "ranking")
 STRUCTURED_TYPES = ("choice", "ranking")
@@ -369,7 +369,7 @@ _LIST_LINE = re.compile(r"^\s*(?:[-*]|\(?\d{1,2}[.)]|#\d{1,2}:?)\s*\S")
 
 def _phrase_content(text: str, ranking: bool) -> Optional[str]:
     last = None
-    for m in (_RANKING_PHRASE if ranking else _ANSWER_PHRASE).finditer(text):
+    for m in (_RANKING_PHRASE if ranking else ANSWER_PHRASE).finditer(text):
         last = m
     if last is None:
         return None
@@ -395,14 +395,14 @@ def _boxes_content(boxes: List[str], ranking: bool) -> str:
     ranking one box per place); several boxed rankings are alternatives (``C > A > B`` or ``A > C > B``)."""
     if ranking and len(boxes) > 1 and any(_RANK_SEP.search(b.strip()) for b in boxes):
         return " or ".join(b.strip() for b in boxes)
-    return _join_boxes(boxes)
+    return join_boxes(boxes)
 
 
 def _candidates(text: str, ranking: bool, require_anchor: bool) -> List[Tuple[str, str]]:
     """(content, source) of the final answer by the precedence of the module docstring; the first
     that states anything is used (an empty tag falls through, as for math)."""
     out = []
-    tag = _last_answer_tag(text)
+    tag = last_answer_tag(text)
     if tag is not None:
         boxes = find_final_boxes(tag)
         if boxes:

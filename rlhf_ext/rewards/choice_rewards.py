@@ -18,7 +18,7 @@ from typing import Callable, List, Optional, Sequence
 
 from .choice import ChoiceGrade, grade_any_structured
 from .registry import register_reward
-from .rule_rewards import _finite, _supplied_grades, completion_texts
+from .rule_rewards import check_finite, completion_texts, supplied_grades
 
 
 def grade_mixed(texts: Sequence[str], golds: Sequence, math_grader: Optional[Callable[[], object]] = None,
@@ -49,7 +49,7 @@ def grade_mixed(texts: Sequence[str], golds: Sequence, math_grader: Optional[Cal
 
 
 def _grades(name: str, texts: List[str], solution, grades, grader) -> list:
-    supplied = _supplied_grades(name, texts, solution, grades)
+    supplied = supplied_grades(name, texts, solution, grades)
     if supplied is not None:
         return supplied
     return grade_mixed(texts, list(solution), None if grader is None else (lambda: grader))
@@ -83,7 +83,7 @@ def ranking_partial_reward(completions, solution=None, *, grades=None, grader=No
                            **kwargs) -> List[float]:
     """``(1 - w) * (1 + tau) / 2 + w * top1`` for a parsed ranking (Kendall's tau against the gold,
     :func:`~.choice.ranking_partial_score`), 0.0 for one that could not be parsed; ``w = top1_weight``."""
-    _finite("ranking_partial", top1_weight=top1_weight)
+    check_finite("ranking_partial", top1_weight=top1_weight)
     if not 0.0 <= top1_weight <= 1.0:
         raise ValueError(f"ranking_partial: top1_weight must be in [0, 1], got {top1_weight!r}")
     texts = completion_texts(completions)

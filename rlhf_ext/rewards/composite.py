@@ -2,6 +2,11 @@
 
 reward = sum_i weight_i * component_i. The batch is graded once (one :class:`MathGrader` pass) and
 the verdicts are shared by every component that needs correctness (accuracy, length, cosine).
+
+:class:`WeightedReward` is the one place that scores: the host protocols (OpenRLHF's reward file and
+server, an agent's ``step``, verl's ``compute_score``) only turn their inputs into its batches and its
+:class:`RewardBreakdown` into their outputs. Several batches at once (OpenRLHF's per-sample calls) go
+through :meth:`WeightedReward.score_many`, which grades them in one pass.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import logging
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import choice_rewards, rule_rewards  # noqa: F401  (registers the built-in rewards)
 from .grader import GradeResult, MathGrader
@@ -147,6 +152,12 @@ class WeightedReward:
                 self._grader = MathGrader(timeout=self._timeout, workers=self._workers)
             return self._grader
 
+    def start(self, wait_ready: bool = True) -> "WeightedReward":
+        """Start the grader's workers now rather than on the first batch (when the spec grades at all)."""
+        if self.uses_correctness:
+            self.grader.start(wait_ready=wait_ready)
+        return self
+
     def close(self) -> None:
         if self._owns_grader and self._grader is not None:
             self._grader.close()
@@ -175,10 +186,7 @@ class WeightedReward:
         if truncated is not None:
             flags["truncated"] = [1.0 if t else 0.0 for t in truncated]
         if grades is None and self.uses_correctness:
-            if solution is None:
-                raise ValueError(f"{self!r} needs gold answers: pass solution=[...]")
-            # each gold by its answer type: choice/ranking golds here, math golds by the grader
-            grades = choice_rewards.grade_mixed(texts, list(solution), lambda: self.grader) if n else []
+            grades = self.grade(texts, solution)
         if grades is not None:
             grades = list(grades)
             for i, g in enumerate(grades):
@@ -203,3 +211,105 @@ class WeightedReward:
             rewards = [r + weight * v for r, v in zip(rewards, values)]
         correct = [1.0 if g.correct else 0.0 for g in grades] if grades is not None else None
         return RewardBreakdown(rewards=rewards, correct=correct, components=components, flags=flags, grades=grades)
+
+    def grade(self, completions: Sequence, solution: Optional[Sequence]) -> List[GradeResult]:
+        """The verdicts on a batch, each gold by its answer type: choice and ranking golds here, math golds
+        by the grader's workers. Raises ``ValueError`` without golds."""
+        if solution is None:
+            raise ValueError(f"{self!r} needs gold answers: pass solution=[...]")
+        texts = completion_texts(completions)
+        return choice_rewards.grade_mixed(texts, list(solution), lambda: self.grader) if texts else []
+
+    def score_many(self, batches: Sequence[Mapping[str, Any]]) -> List[Union[RewardBreakdown, Exception]]:
+        """Score several batches at once: for each, what ``self(**batch)`` returns, or the exception it
+        raised in its place (as ``asyncio.gather(..., return_exceptions=True)`` does), so that a malformed
+        batch costs only itself.
+
+        Every batch's samples are graded in ONE pass (the grader's workers get them a batch at a time).
+        When every component is per-sample (:attr:`per_sample`), the batches are also scored as one and
+        the breakdown split (a failure then answers each of them); otherwise each batch is scored alone
+        with its share of the verdicts, so batch-relative rewards (``length``) keep their per-batch
+        meaning, and if grading them together fails each batch grades its own.
+        """
+        batches = [dict(b) for b in batches]
+        if not batches:
+            return []
+        if self.per_sample:
+            merged = _merge_batches(batches)
+            if merged is not None:
+                try:
+                    whole = self(**merged)
+                except Exception as exc:
+                    return [exc for _ in batches]
+                return _split_breakdown(whole, [len(b["completions"]) for b in batches])
+        shares: List[Optional[Tuple[int, int]]] = [None] * len(batches)  # each batch's slice of the verdicts
+        grades = None
+        if self.uses_correctness:
+            texts: List[str] = []
+            golds: List = []
+            for i, b in enumerate(batches):
+                if b.get("grades") is not None or b.get("solution") is None:
+                    continue  # it has its verdicts, or its call reports the missing golds
+                try:
+                    batch_texts = completion_texts(b["completions"])
+                    batch_golds = list(b["solution"])
+                except Exception:
+                    continue  # malformed: scored alone below, where it raises its own error
+                if len(batch_golds) != len(batch_texts):
+                    continue
+                shares[i] = (len(texts), len(texts) + len(batch_texts))
+                texts.extend(batch_texts)
+                golds.extend(batch_golds)
+            if texts:
+                try:
+                    grades = self.grade(texts, golds)
+                except Exception as exc:  # each batch then grades its own samples (and reports a failure)
+                    logger.warning("rlhf_ext reward: grading %d samples together failed (%s); grading per batch",
+                                   len(texts), exc)
+        out: List[Union[RewardBreakdown, Exception]] = []
+        for b, share in zip(batches, shares):
+            if grades is not None and share is not None:
+                b["grades"] = grades[share[0]:share[1]]
+            try:
+                out.append(self(**b))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+
+_BATCH_KEYS = ("completions", "solution", "truncated", "completion_lengths")
+
+
+def _merge_batches(batches: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The batches as one (each argument's lists joined), or None when they cannot be (an argument some
+    give and others do not, verdicts given, an unknown key): they are then scored one by one."""
+    if any(set(b) - set(_BATCH_KEYS) for b in batches):
+        return None
+    merged: Dict[str, Any] = {}
+    for key in _BATCH_KEYS:
+        values = [b.get(key) for b in batches]
+        if all(v is None for v in values) and key != "completions":
+            merged[key] = None
+        elif any(v is None for v in values):
+            return None
+        else:
+            try:
+                if any(len(v) != len(b["completions"]) for v, b in zip(values, batches)):
+                    return None
+                merged[key] = [x for v in values for x in v]
+            except TypeError:
+                return None
+    return merged
+
+
+def _split_breakdown(whole: RewardBreakdown, sizes: Sequence[int]) -> List[RewardBreakdown]:
+    out, lo = [], 0
+    for size in sizes:
+        hi = lo + size
+        out.append(RewardBreakdown(
+            rewards=whole.rewards[lo:hi], correct=None if whole.correct is None else whole.correct[lo:hi],
+            components={k: v[lo:hi] for k, v in whole.components.items()},
+            flags={k: v[lo:hi] for k, v in whole.flags.items()},
+            grades=None if whole.grades is None else whole.grades[lo:hi]))
+        lo = hi
+    return out

@@ -478,10 +478,9 @@ def clear_caches() -> None:
     start; a new rollout actor starts so)."""
     from . import extraction
 
-    for cached in (gold_number, gold_value, _decide, extraction._prepare_gold_text):
+    for cached in (gold_number, gold_value, _decide):
         cached.cache_clear()
-    extraction._recent.clear()
-    extraction._recent_chars[0] = 0
+    extraction.clear_caches()
 
 
 def answer_verdict(gold_text: str, raw: str, gold: Optional[ExactNumber] = None) -> Optional[Dict]:

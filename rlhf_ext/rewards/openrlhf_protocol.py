@@ -22,8 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .choice_rewards import grade_mixed
-from .composite import FLAG_NAMES, WeightedReward
+from .composite import FLAG_NAMES, RewardBreakdown, WeightedReward
 from .config import RewardConfig
 
 logger = logging.getLogger(__name__)
@@ -183,88 +182,80 @@ class RewardScorer:
     def score(self, queries: Sequence[str], prompts: Optional[Sequence[str]] = None,
               labels: Optional[Sequence] = None) -> Dict:
         """``{"rewards": [...], "scores": [...], "extra_logs": {key: [...]}}`` as plain lists."""
-        return self._score(queries, prompts, labels)
+        n = len(queries) if isinstance(queries, (list, tuple)) else 0
+        try:
+            recovered, batch = self._prepare(queries, prompts, labels)
+            return self._result(recovered, self.reward(**batch))
+        except Exception as exc:  # inside a training job: score and report, never raise
+            return self._failed(n, exc)
+
+    def score_responses(self, recovered: Sequence[RecoveredResponse], labels: Sequence) -> Dict:
+        """:meth:`score` for responses already taken out of their queries (an agent's turn). Never raises."""
+        n = len(recovered)
+        try:
+            recovered = list(recovered)
+            check_batch([r.text for r in recovered], None, labels)
+            return self._result(recovered, self.reward(**self._batch(recovered, list(labels))))
+        except Exception as exc:
+            return self._failed(n, exc)
 
     def score_calls(self, calls: Sequence[Tuple[Sequence[str], Sequence[str], Sequence]]) -> List[Dict]:
         """Many :meth:`score` calls at once, ``calls`` = ``[(queries, prompts, labels), ...]``: one
-        result per call, each what :meth:`score` returns for it, but every call's samples graded in
-        ONE batch (the grader's workers then get them a batch at a time). When every reward of the spec
-        is per-sample (the registry says so; ``math`` is), all calls are also scored as one batch and
-        split; otherwise rewards are computed per call, so batch-relative rewards (``length``) keep
-        their per-call meaning. A malformed call is scored alone (0, reported) and never affects the
-        others."""
-        prepared, texts, golds = [], [], []
+        result per call, each what :meth:`score` returns for it, the calls scored together by
+        :meth:`WeightedReward.score_many` (every call's samples graded in ONE batch; merged and split
+        when every reward of the spec is per-sample, as ``math`` is). A malformed call is scored alone
+        (0, reported) and never affects the others."""
+        prepared, batches = [], []
         for call in calls:
             try:
-                queries, prompts, labels = check_batch(*call)
-                recovered = self.recover(queries, prompts)
+                recovered, batch = self._prepare(*call)
             except Exception:
                 prepared.append(None)
                 continue
-            prepared.append((queries, prompts, labels, recovered, len(texts)))
-            texts.extend(r.text for r in recovered)
-            golds.extend(labels)
-        if self.reward.per_sample:
-            return self._score_merged(calls, prepared)
-        grades = None
-        if self.reward.uses_correctness and texts:
-            try:
-                # each gold by its answer type (choice/ranking golds are graded in this thread)
-                grades = grade_mixed(texts, golds, lambda: self.reward.grader)
-            except Exception as exc:  # each call then grades its own samples (and reports a failure)
-                logger.warning("rlhf_ext reward: grading %d samples together failed (%s); grading per call",
-                               len(texts), exc)
+            prepared.append(recovered)
+            batches.append(batch)
+        results = iter(self.reward.score_many(batches))
         outs = []
-        for call, prep in zip(calls, prepared):
-            if prep is None:
-                outs.append(self._score(*call))
-                continue
-            queries, prompts, labels, recovered, start = prep
-            outs.append(self._score(queries, prompts, labels, recovered=recovered,
-                                    grades=None if grades is None else grades[start:start + len(queries)]))
-        return outs
-
-    def _score_merged(self, calls, prepared) -> List[Dict]:
-        valid = [p for p in prepared if p is not None]
-        whole = None
-        if valid:
-            whole = self._score([q for p in valid for q in p[0]], [x for p in valid for x in p[1]],
-                                [x for p in valid for x in p[2]], recovered=[r for p in valid for r in p[3]])
-        outs = []
-        for call, prep in zip(calls, prepared):
-            if prep is None:
-                outs.append(self._score(*call))
-                continue
-            lo, hi = prep[4], prep[4] + len(prep[0])
-            outs.append({"rewards": whole["rewards"][lo:hi], "scores": whole["scores"][lo:hi],
-                         "extra_logs": {k: v[lo:hi] for k, v in whole["extra_logs"].items()}})
-        return outs
-
-    def _score(self, queries, prompts, labels, recovered=None, grades=None) -> Dict:
-        n = len(queries) if isinstance(queries, (list, tuple)) else 0
-        try:
-            queries, prompts, labels = check_batch(queries, prompts, labels)
+        for call, recovered in zip(calls, prepared):
             if recovered is None:
-                recovered = self.recover(queries, prompts)
-            info = self._tokenizer_info()
-            lengths = [info.count(r.text) for r in recovered] if info else None
-            breakdown = self.reward([r.text for r in recovered], labels, truncated=[r.truncated for r in recovered],
-                                    completion_lengths=lengths, grades=grades)
-            logs = {f"reward/{name}": values for name, values in breakdown.components.items()}
-            logs.update({f"reward_flag/{flag}": values for flag, values in breakdown.flags.items()})
-            logs[PROMPT_NOT_FOUND_KEY] = [0.0 if r.prompt_found else 1.0 for r in recovered]
-            logs[ERROR_KEY] = [0.0] * n
-            scores = breakdown.correct if breakdown.correct is not None else breakdown.rewards
-            return {"rewards": breakdown.rewards, "scores": scores, "extra_logs": logs}
-        except Exception as exc:  # inside a training job: score and report, never raise
-            now = time.monotonic()
-            if now - self._last_error_log > 10:
-                self._last_error_log = now
-                logger.error("rlhf_ext reward: scoring a batch of %d failed, scored 0: %s: %s", n,
-                             type(exc).__name__, exc, exc_info=True)
-            logs = {key: [0.0] * n for key in self.log_keys}
-            logs[ERROR_KEY] = [1.0] * n
-            return {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": logs}
+                outs.append(self.score(*call))
+                continue
+            result = next(results)
+            outs.append(self._failed(len(recovered), result) if isinstance(result, Exception)
+                        else self._result(recovered, result))
+        return outs
+
+    def _prepare(self, queries, prompts, labels) -> Tuple[List[RecoveredResponse], Dict]:
+        """One call as :class:`WeightedReward` takes it; raises ``ValueError`` for a malformed call."""
+        queries, prompts, labels = check_batch(queries, prompts, labels)
+        recovered = self.recover(queries, prompts)
+        return recovered, self._batch(recovered, labels)
+
+    def _batch(self, recovered: List[RecoveredResponse], labels: List) -> Dict:
+        info = self._tokenizer_info()
+        lengths = [info.count(r.text) for r in recovered] if info else None
+        return {"completions": [r.text for r in recovered], "solution": labels,
+                "truncated": [r.truncated for r in recovered], "completion_lengths": lengths}
+
+    def _result(self, recovered: List[RecoveredResponse], breakdown: RewardBreakdown) -> Dict:
+        """A breakdown as OpenRLHF's reward dict: the same ``extra_logs`` keys for every sample."""
+        logs = {f"reward/{name}": values for name, values in breakdown.components.items()}
+        logs.update({f"reward_flag/{flag}": values for flag, values in breakdown.flags.items()})
+        logs[PROMPT_NOT_FOUND_KEY] = [0.0 if r.prompt_found else 1.0 for r in recovered]
+        logs[ERROR_KEY] = [0.0] * len(recovered)
+        scores = breakdown.correct if breakdown.correct is not None else breakdown.rewards
+        return {"rewards": breakdown.rewards, "scores": scores, "extra_logs": logs}
+
+    def _failed(self, n: int, exc: BaseException) -> Dict:
+        """A batch of ``n`` that could not be scored: 0 everywhere, ``reward_flag/error`` set, logged."""
+        now = time.monotonic()
+        if now - self._last_error_log > 10:
+            self._last_error_log = now
+            logger.error("rlhf_ext reward: scoring a batch of %d failed, scored 0: %s: %s", n,
+                         type(exc).__name__, exc, exc_info=exc)
+        logs = {key: [0.0] * n for key in self.log_keys}
+        logs[ERROR_KEY] = [1.0] * n
+        return {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": logs}
 
 
 def check_batch(queries, prompts, labels) -> Tuple[List[str], List[str], List]:

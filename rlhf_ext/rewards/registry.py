@@ -1,6 +1,6 @@
 """Name -> reward function registry, with third-party rewards through entry points.
 
-Built on :mod:`rlhf_ext.registry` (torch-free, so a grader worker never imports torch).
+Built on :mod:`rlhf_ext.ground.registry` (torch-free, so a grader worker never imports torch).
 A reward function takes Open-R1's form::
 
     @register_reward("my_reward")
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List
 
-from rlhf_ext.registry import EntryPointGroup, Registry, UnknownNameError
+from rlhf_ext.ground.registry import EntryPointGroup, Registry, UnknownNameError
 
 ENTRY_POINT_GROUP = "rlhf_ext.rewards"
 ENTRY_POINTS = EntryPointGroup(ENTRY_POINT_GROUP)

@@ -51,7 +51,7 @@ def _check_lengths(name: str, texts: Sequence, other: Optional[Sequence], what: 
         raise ValueError(f"{name}: got {len(texts)} completions but {len(other)} {what}")
 
 
-def _supplied_grades(name: str, texts: List[str], solution, grades) -> Optional[list]:
+def supplied_grades(name: str, texts: List[str], solution, grades) -> Optional[list]:
     """The caller's ``grades`` (checked against ``texts``), or None once ``solution`` is checked to fit."""
     if grades is not None:
         _check_lengths(name, texts, grades, "grades")
@@ -63,7 +63,7 @@ def _supplied_grades(name: str, texts: List[str], solution, grades) -> Optional[
 
 
 def _grades_for(name: str, texts: List[str], solution, grades, grader) -> list:
-    supplied = _supplied_grades(name, texts, solution, grades)
+    supplied = supplied_grades(name, texts, solution, grades)
     if supplied is not None:
         return supplied
     if not texts:
@@ -158,7 +158,8 @@ def length_reward(completions, solution=None, *, grades=None, grader=None, **kwa
     return out
 
 
-def _finite(name: str, **values) -> None:
+def check_finite(name: str, **values) -> None:
+    """Raise ``ValueError`` naming the reward ``name`` and the option unless every value is a finite number."""
     for key, v in values.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise ValueError(f"{name}: {key} must be a finite number, got {v!r}")
@@ -175,7 +176,7 @@ def cosine_scaled_reward(completions, solution=None, *, grades=None, grader=None
     wrong:   max_w + (min_w - max_w) * (1 + c) / 2 (short wrong answers are punished most).
     Lengths past max_len keep following the cosine, as in Open-R1.
     """
-    _finite("cosine", min_value_wrong=min_value_wrong, max_value_wrong=max_value_wrong,
+    check_finite("cosine", min_value_wrong=min_value_wrong, max_value_wrong=max_value_wrong,
             min_value_correct=min_value_correct, max_value_correct=max_value_correct, max_len=max_len)
     if max_len <= 0:
         raise ValueError(f"cosine: max_len must be positive, got {max_len!r}")
@@ -203,7 +204,7 @@ def repetition_penalty_reward(completions, *, ngram_size: int = 3, max_penalty: 
     """
     if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or ngram_size < 1:
         raise ValueError(f"repetition_penalty: ngram_size must be a positive integer, got {ngram_size!r}")
-    _finite("repetition_penalty", max_penalty=max_penalty)
+    check_finite("repetition_penalty", max_penalty=max_penalty)
     if max_penalty > 0:
         raise ValueError(f"repetition_penalty: max_penalty {max_penalty} should not be positive")
     split = _word_splitter(language)

@@ -189,8 +189,7 @@ def serve(config: RewardConfig, host: str = "127.0.0.1", port: int = 5000, *, ma
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     server.start()
-    if server.scorer.reward.uses_correctness:
-        server.scorer.reward.grader.start(wait_ready=False)
+    server.scorer.reward.start(wait_ready=False)  # the grader's workers, if the spec grades
     try:
         if on_ready is not None:
             on_ready(server)
@@ -207,7 +206,7 @@ def serve(config: RewardConfig, host: str = "127.0.0.1", port: int = 5000, *, ma
 
 def add_arguments(parser) -> None:
     """The flags of ``rlhf-ext reward-server``."""
-    from ..argtypes import port, positive_int, positive_seconds
+    from ..ground.argtypes import port, positive_int, positive_seconds
 
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind; 0.0.0.0 to serve other nodes (default: 127.0.0.1)")

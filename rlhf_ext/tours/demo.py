@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     print("\nPolicy losses on GRPO advantages (12 responses, lengths 1-8):")
     print(f"  {'loss':<9}{'clip low':>10}{'clip high':>10}   " + "".join(f"{m:>26}" for m in LOSS_AGG_MODES))
     for name in available_policy_losses():
-        opts = {"eps_low": 0.2, "eps_high": 0.28} if name == "ppo" else {}
+        opts = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28} if name == "ppo" else {}
         per_tok, metrics = get_policy_loss(name)(new, old, adv_tok, mask, **opts)
         aggs = [aggregate_loss(per_tok, mask, mode, max_len=max_len).item() for mode in LOSS_AGG_MODES]
         # losses without a clip (pg, noclip) report no clip fractions

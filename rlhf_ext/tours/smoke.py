@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence
 
 from rlhf_ext.npu.cpu_kv_cache import (ENV_KV_CACHE, CpuMemoryError, check_cpu_kv_cache, cpu_kv_cache_bytes,
                                        format_size, parse_size)
-from rlhf_ext.supervision import (DEATH_GRACE_S, DeathWatch, ProcessTree, failure_cause, remove_stale_build_locks,
+from rlhf_ext.ground.supervision import (DEATH_GRACE_S, DeathWatch, ProcessTree, failure_cause, remove_stale_build_locks,
                                   torch_extensions_root)
 
 ESTIMATOR_RECIPES: Dict[str, List[str]] = {
@@ -176,9 +176,9 @@ def run_training(cmd: Sequence[str], log_path: Path, *, timeout: float, echo: bo
     """Run the training command, writing its console to ``log_path`` and echoing step lines.
 
     Returns the command's exit code. The run is stopped early, with a non-zero code, when a Ray
-    actor dies (:class:`rlhf_ext.supervision.DeathWatch`; ``death_grace`` s after the first such
+    actor dies (:class:`rlhf_ext.ground.supervision.DeathWatch`; ``death_grace`` s after the first such
     line) or after ``timeout`` s (:class:`subprocess.TimeoutExpired`). However it ends, every
-    process it started is gone afterwards (:class:`rlhf_ext.supervision.ProcessTree`). ``env`` adds
+    process it started is gone afterwards (:class:`rlhf_ext.ground.supervision.ProcessTree`). ``env`` adds
     variables to :func:`train_env`'s; ``cwd`` is the driver's working directory (on a cluster the
     driver joins, Ray puts it on every worker's ``sys.path``).
     """
@@ -374,8 +374,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rc = None
     record = run_record_dir(checkpoint)
     print(f"  run record: {record} (rlhf-ext runs show {record})", flush=True)
-    if (record / "metrics.jsonl").exists():
-        from rlhf_ext.runs import summarize
+    from rlhf_ext.runs import METRICS, summarize
+
+    if (record / METRICS).exists():
 
         print("  " + summarize(record).replace("\n", "\n  "), flush=True)
     if rc != 0:
@@ -413,7 +414,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _print_check(record: Path) -> None:
     """The run's smoke verdict (``rlhf-ext runs check``), the tour's last lines."""
-    from rlhf_ext.runcheck import check_run
+    from rlhf_ext.runs.check import check_run
 
     if not record.is_dir():
         print(f"runs check: no run record at {record}", flush=True)

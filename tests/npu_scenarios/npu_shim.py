@@ -12,8 +12,8 @@ from _scenario import Results
 results = Results()
 
 from rlhf_ext import npu  # noqa: E402
-from rlhf_ext.patching import ledger  # noqa: E402
-from rlhf_ext.patching.import_hooks import when_imported  # noqa: E402
+from rlhf_ext.seams import ledger  # noqa: E402
+from rlhf_ext.seams.import_hooks import when_imported  # noqa: E402
 
 
 def broken_install():

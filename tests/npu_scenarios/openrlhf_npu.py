@@ -12,7 +12,7 @@ from _scenario import Results, free_port, init_single_process_group, install_fla
 
 results = Results()
 
-from rlhf_ext.patching.import_hooks import when_imported  # noqa: E402
+from rlhf_ext.seams.import_hooks import when_imported  # noqa: E402
 from rlhf_ext.patches.retarget import apply_openrlhf_retarget  # noqa: E402
 
 # A recorder in place of torch's init_device_mesh, installed as soon as that module loads and so

@@ -15,7 +15,7 @@ from _scenario import Results, install_flash_attn_fallback
 
 results = Results()
 
-from rlhf_ext.patching import ledger  # noqa: E402
+from rlhf_ext.seams import ledger  # noqa: E402
 from rlhf_ext.npu.ray_resources import ray_actor_resources  # noqa: E402
 from rlhf_ext.patches.retarget import apply_openrlhf_retarget  # noqa: E402
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from transformers import Qwen2Config
 
-from rlhf_ext.flops import shape_from_config
+from rlhf_ext.runs.flops import shape_from_config
 
 
 @pytest.mark.parametrize("seqlens", [[10], [7, 13, 21]])

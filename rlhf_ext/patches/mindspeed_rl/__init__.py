@@ -29,12 +29,12 @@ from its argv before Hydra parses it (:mod:`rlhf_ext.patches.activation.startup`
 value stops it with exit code 2 and a message naming the key and the valid values, before Ray
 starts. Every other process (Ray workers: the ``train`` task, actor workers, rule rewards, the
 advantage task) applies each patch when it imports the patched module
-(:mod:`rlhf_ext.patching.import_hooks`), since Ray pickles classes and functions by reference.
+(:mod:`rlhf_ext.seams.import_hooks`), since Ray pickles classes and functions by reference.
 """
 
 from __future__ import annotations
 
-from ...patching import import_hooks
+from ...seams import import_hooks
 from . import compat
 from .compat import (
     SUPPORTED_DESCRIPTION,

@@ -1,7 +1,7 @@
 """Version guard and all-or-nothing patching of MindSpeed-RL's seams.
 
-The patch description (:class:`~rlhf_ext.patching.seams.Patch`, ``Requirement``), the signature
-check, the registry and the release check are every host's (:mod:`rlhf_ext.patching`); this module
+The patch description (:class:`~rlhf_ext.seams.table.Patch`, ``Requirement``), the signature
+check, the registry and the release check are every host's (:mod:`rlhf_ext.seams`); this module
 keeps a registry of its own, so two hosts never patch or undo each other's modules.
 
 MindSpeed-RL runs from a source checkout (it is not on PyPI), so its version is read from the
@@ -16,8 +16,8 @@ import importlib.util
 import os
 import re
 
-from ...patching.host import REGISTRY_FUNCTIONS, HostRelease, distribution_version, registry_functions
-from ...patching.seams import Patch, Requirement
+from ...seams.host import REGISTRY_FUNCTIONS, HostRelease, distribution_version, registry_functions
+from ...seams.table import Patch, Requirement
 
 SUPPORTED_SERIES = ((2, 1),)
 SUPPORTED_DESCRIPTION = "2.1.x (commit 05a90d77)"

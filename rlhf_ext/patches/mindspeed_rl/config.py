@@ -76,8 +76,9 @@ WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
 NEW_KEYS = ("adv_estimator_options", "policy_loss_type", "loss_agg_mode", "loss_agg_max_len", "kl_clip",
             "policy_loss_options", "top_entropy_quantile", "off_policy_mask_threshold", "mask_truncated_completions")
-# The loss options the plugin sets from MindSpeed-RL's own clip keys (not allowed in policy_loss_options).
-CLIP_OPTIONS = ("eps_low", "eps_high", "clip_ratio_low", "clip_ratio_high")
+# The loss options the plugin sets from MindSpeed-RL's own clip keys (not allowed in policy_loss_options),
+# and their old names (accepted by the losses for one release).
+CLIP_OPTIONS = ("clip_ratio_low", "clip_ratio_high", "eps_low", "eps_high")
 # The OpenRLHF-side names of issue 23's correction (patches/openrlhf/rollout_correction.py).
 ROLLOUT_CORRECTION_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
                            "rollout_rs_threshold", "rollout_correction_bypass")
@@ -242,7 +243,7 @@ def check_kl(penalty, clip) -> Optional[Tuple[float, float]]:
 def check_verifiers(functions, weights) -> List[str]:
     """Every name must be MindSpeed-RL's or ``rlhf_ext:SPEC`` with a valid spec; returns the rlhf_ext specs."""
     from rlhf_ext.rewards import parse_reward_spec
-    from rlhf_ext.rewards.path import SHORT_FORM_PREFIX, short_form_spec
+    from rlhf_ext.rewards.reward_file import SHORT_FORM_PREFIX, short_form_spec
 
     if isinstance(functions, str) or not isinstance(functions, Sequence):
         raise ConfigError(f"rl_config.verifier_function must be a list of names, got {functions!r}")
@@ -298,29 +299,15 @@ def check_token_masks(ours: Mapping[str, Any], source: Mapping[str, Any]) -> Dic
 
 
 def _rejection_spec(options, thresholds) -> Dict[str, Any]:
-    """``rollout_rs`` (``"a,b"`` or a list) and ``rollout_rs_threshold`` (one value for all, a comma
-    string as verl writes it, or a list with one entry per option; an entry is a number, ``"lo_hi"``
-    or ``[lo, hi]``) -> ``{option: threshold}``."""
-    if options is None or options is False or options == "" or options == []:
-        if thresholds is not None:
-            raise ConfigError("rl_config.rollout_rs_threshold needs rl_config.rollout_rs")
-        return {}
-    names = [o.strip() for o in options.split(",")] if isinstance(options, str) else [str(o).strip() for o in options]
-    names = [n for n in names if n]
-    if thresholds is None:
-        raise ConfigError("rl_config.rollout_rs needs rl_config.rollout_rs_threshold (one bound per option, or one for all)")
-    if isinstance(thresholds, str):
-        values: List[Any] = [v.strip() for v in thresholds.split(",") if v.strip()]
-    elif isinstance(thresholds, (list, tuple)):
-        values = list(thresholds)
-    else:
-        values = [thresholds]
-    if len(values) == 1:
-        values = values * len(names)
-    if len(values) != len(names):
-        raise ConfigError(f"rl_config.rollout_rs_threshold: {len(values)} thresholds for {len(names)} rollout_rs options "
-                          f"({', '.join(names)})")
-    return {name: (list(v) if isinstance(v, (list, tuple)) else v) for name, v in zip(names, values)}
+    """``rollout_rs`` and ``rollout_rs_threshold`` -> ``{option: threshold}``
+    (:func:`rlhf_ext.algorithms.rollout_correction.rejection_thresholds`)."""
+    from rlhf_ext.algorithms.rollout_correction import rejection_thresholds
+
+    try:
+        return rejection_thresholds(options, thresholds, options_key="rl_config.rollout_rs",
+                                    thresholds_key="rl_config.rollout_rs_threshold")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 # rl_config settings under which the rollout log-prob column would not reach the actor (docs/rollout_correction.md)

@@ -12,7 +12,7 @@ With no rlhf_ext setting the original ``compute_loss`` runs, bit for bit. Otherw
   DAPO's clip-higher when ``clip_higher_enable``, for the GRPO loss too), ``gspo`` (Zheng et al.
   2025, arXiv 2507.18071, sequence-level ratio; use clip ranges around 3e-4 / 4e-4) or any other
   registered loss (``cispo``, ``sapo``, ``gmpo``, ``clip_cov``, ...): the clip range goes to its
-  ``eps_low``/``eps_high`` or ``clip_ratio_low``/``clip_ratio_high`` option, the rest comes from
+  ``clip_ratio_low``/``clip_ratio_high`` options (when it has them), the rest comes from
   ``rl_config.policy_loss_options``;
 * reduced by :func:`rlhf_ext.algorithms.aggregate_loss` with ``loss_agg_mode`` (default: what the
   built-in loss does -- ``token-mean`` for GRPO and for DAPO with ``token_level_loss``, else
@@ -41,7 +41,6 @@ and CPU alike.
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 
@@ -111,7 +110,8 @@ def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, 
     in bypass mode the rollout log-probs are the PPO ratio's behaviour policy and the weights use
     the current ``log pi``. The ``rollout_corr/*`` metrics join the loss's.
     """
-    from rlhf_ext.algorithms import aggregate_loss, apply_rollout_correction, get_policy_loss, rollout_correction
+    from rlhf_ext.algorithms import (accepted_options, aggregate_loss, apply_rollout_correction, get_policy_loss,
+                                     rollout_correction)
 
     from .config import rollout_correction_of
     from .rollout_correction import rollout_log_probs_for
@@ -126,15 +126,11 @@ def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, 
         rollout, no_rollout_share = rollout_log_probs_for(batch if batch is not None else {}, train, mask)
         if bypass:
             old_log_prob = rollout
-    eps_low, eps_high = _clip_range(loss)
+    clip_low, clip_high = _clip_range(loss)
     loss_type = settings.get("policy_loss_type", "ppo")
     fn = get_policy_loss(loss_type)
-    params = inspect.signature(fn).parameters
     extra = {"log_ratio_clip": None} if loss_type == "ppo" else {}  # MindSpeed-RL's ppo does not clamp
-    # the clip range under the loss's own option names: eps_* (ppo, gspo) or verl's clip_ratio_*
-    for low_key, high_key in (("eps_low", "eps_high"), ("clip_ratio_low", "clip_ratio_high")):
-        if low_key in params:
-            extra.update({low_key: eps_low, high_key: eps_high})
+    extra.update(accepted_options(fn, {"clip_ratio_low": clip_low, "clip_ratio_high": clip_high}))
     extra.update(settings.get("policy_loss_options") or {})
     per_token, metrics = fn(log_probs, old_log_prob, advantages, mask, **extra)
     keep = token_keep(settings, log_probs, old_log_prob, advantages, mask, entropy)

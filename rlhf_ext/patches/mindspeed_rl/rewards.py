@@ -23,7 +23,7 @@ import threading
 from types import SimpleNamespace
 from typing import Dict, List, Tuple
 
-from rlhf_ext.rewards.path import short_form_spec
+from rlhf_ext.rewards.reward_file import short_form_spec
 
 from .config import MINDSPEED_VERIFIERS
 

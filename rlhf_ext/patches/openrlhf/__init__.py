@@ -62,7 +62,7 @@ where                                          what                             
                                                (:mod:`.dpo_cli`)
 =============================================  ==========================================  ======================
 
-Each module is patched when it is first imported in a process (:mod:`rlhf_ext.patching.import_hooks`),
+Each module is patched when it is first imported in a process (:mod:`rlhf_ext.seams.import_hooks`),
 so processes that never import it (vLLM workers) never load it; the driver checks all of them
 before it parses arguments.
 """
@@ -71,7 +71,7 @@ from __future__ import annotations
 
 # Keep this import light: activation runs at interpreter start-up, before torch is needed; the
 # patch implementations (which import torch) load when their target module is imported.
-from ...patching import import_hooks
+from ...seams import import_hooks
 from .. import flash_attn_fallback
 from . import compat
 from .compat import (

@@ -33,6 +33,7 @@ from .config import (
     normalize_kl_clip,
     parse_options,
 )
+from .parser_hook import extended_parse
 from .reward_env import resolve_reward_flags
 
 PPO_PARSER_OPTIONS = (
@@ -225,7 +226,7 @@ def finalize(namespace) -> Dict[str, str]:
     """
     from rlhf_ext.algorithms import get_policy_loss
 
-    from .policy_loss import _accepted_kwargs, loss_candidates
+    from .policy_loss import flag_options
 
     estimator = _ns(namespace, "algo.advantage.estimator")
     if estimator == TOKEN_BASELINE:
@@ -262,9 +263,8 @@ def finalize(namespace) -> Dict[str, str]:
     else:
         low_high = _ns(namespace, "actor.eps_clip_low_high")
         eps = _ns(namespace, "actor.eps_clip", 0.2)
-        candidates = loss_candidates(low_high[0] if low_high else eps, low_high[1] if low_high else eps,
-                                     _ns(namespace, "actor.dual_clip"))
-        kwargs = {**_accepted_kwargs(get_policy_loss(loss_type), candidates), **loss_options}
+        kwargs = {**flag_options(get_policy_loss(loss_type), low_high[0] if low_high else eps,
+                                 low_high[1] if low_high else eps, _ns(namespace, "actor.dual_clip")), **loss_options}
         try:
             _dry_run_loss(loss_type, kwargs)
         except ValueError as exc:
@@ -425,15 +425,8 @@ def install_argparse_hook() -> None:
                 self._rlhf_ext_extended = True
                 return parse_with_plugin(self, original, args, namespace)
             self._rlhf_ext_extended = True
-            try:
-                extend_parser(self)
-            except compat.OpenRLHFCompatibilityError as exc:
-                self.exit(2, f"rlhf_ext: error: {exc}\n")
-            parsed, extras = original(self, args, namespace)
-            try:
-                env = finalize(parsed)
-            except ValueError as exc:
-                self.error(str(exc))
+            parsed, extras, env = extended_parse(self, original, args, namespace, extend=extend_parser,
+                                                 finalize=finalize)
             os.environ.update(env)  # before train() calls ray.init: rollout actors inherit it
             sys.stderr.write(summary(parsed) + "\n")
             from .node_check import prepare as prepare_node_check

@@ -5,14 +5,14 @@ Before a module's patches are applied, all of them (and the helpers they call) a
 single mismatch raises :class:`OpenRLHFCompatibilityError` naming the installed OpenRLHF version
 and the patch, and nothing in that module is replaced. The driver checks every module at
 start-up (:func:`verify_all`), so a mismatch stops the run before any Ray actor exists. The
-machinery is shared by every host (:mod:`rlhf_ext.patching.seams`, :mod:`rlhf_ext.patching.host`);
+machinery is shared by every host (:mod:`rlhf_ext.seams.table`, :mod:`rlhf_ext.seams.host`);
 this module holds OpenRLHF's version rule and its own registry.
 """
 
 from __future__ import annotations
 
-from ...patching.host import REGISTRY_FUNCTIONS, HostRelease, registry_functions
-from ...patching.seams import PATCHED_MARK, Patch, Requirement, is_patched
+from ...seams.host import REGISTRY_FUNCTIONS, HostRelease, registry_functions
+from ...seams.table import PATCHED_MARK, Patch, Requirement, is_patched
 
 SUPPORTED_SERIES = ((0, 11),)
 SUPPORTED_DESCRIPTION = "0.11.x"

@@ -18,6 +18,7 @@ import math
 import sys
 
 from . import compat
+from .parser_hook import extended_parse
 
 DPO_PARSER_OPTIONS = (
     "--model.beta",
@@ -121,14 +122,6 @@ def summary(namespace) -> str:
 
 def parse_with_plugin(parser, original, args=None, namespace=None):
     """The argparse hook's path for OpenRLHF's DPO parser."""
-    try:
-        extend_parser(parser)
-    except compat.OpenRLHFCompatibilityError as exc:
-        parser.exit(2, f"rlhf_ext: error: {exc}\n")
-    parsed, extras = original(parser, args, namespace)
-    try:
-        finalize(parsed)
-    except ValueError as exc:
-        parser.error(str(exc))
+    parsed, extras, _ = extended_parse(parser, original, args, namespace, extend=extend_parser, finalize=finalize)
     sys.stderr.write(summary(parsed) + "\n")
     return parsed, extras

@@ -113,7 +113,7 @@ def expectations(namespace, run_dir: Optional[str], *, environ: Optional[Mapping
     """From the parsed flags: the files the driver sees (model, data, a ``.py`` reward file, the run
     record's ``config.json``) and the HTTP reward endpoints. A value that is no local path here (a hub
     model id, a dataset name) is not checked: the nodes resolve it themselves."""
-    from rlhf_ext import __version__
+    from rlhf_ext import __version__, runs
 
     environ = os.environ if environ is None else environ
     paths: Dict[str, str] = {}
@@ -130,7 +130,7 @@ def expectations(namespace, run_dir: Optional[str], *, environ: Optional[Mapping
         if part.endswith(".py") and exists(part):
             paths["--reward.remote_url"] = os.path.abspath(part)
     if run_dir:
-        config = os.path.join(run_dir, "config.json")
+        config = os.path.join(run_dir, runs.CONFIG)
         if exists(config):
             paths["run record (--ckpt.path / --rlhf_ext.run_dir)"] = config
     plugins = [p.strip() for p in str(environ.get("RLHF_EXT_PLUGINS", "")).split(",") if p.strip()]

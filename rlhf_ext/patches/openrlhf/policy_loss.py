@@ -26,13 +26,12 @@ also applies ``--algo.kl.clip`` to the KL loss.
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Dict, Optional
 
 import torch
 
-from rlhf_ext.algorithms import (LOSS_AGG_MODES, aggregate_loss, get_policy_loss, only_metrics, openrlhf_correction,
-                                 ppo_clip_fractions)
+from rlhf_ext.algorithms import (LOSS_AGG_MODES, accepted_options, aggregate_loss, get_policy_loss, only_metrics,
+                                 openrlhf_correction, ppo_clip_fractions)
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
 from . import loss_masks
@@ -47,28 +46,20 @@ SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 HOST_METRICS = ("clip_frac_low", "clip_frac_high", "ppo_kl")
 
 
-# verl's key names for the same flags: given only to a loss that names them, so that a loss taking
-# ``**kwargs`` (and forwarding them, e.g. to ``ppo``) gets what it got before these names existed
-VERL_NAMED = ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c")
+# OpenRLHF's flags as the loss options they set; a loss taking ``**kwargs`` (and forwarding them, e.g. to
+# ``ppo``) gets those ``ppo`` takes, the others (DPPO's IS-weight cap) only a loss that names them
+FORWARDED_TO_PPO = ("clip_ratio_low", "clip_ratio_high", "dual_clip")
 
 
-def _accepted_kwargs(fn, candidates: Dict[str, object]) -> Dict[str, object]:
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return {k: v for k, v in candidates.items() if k in params or k not in VERL_NAMED}
-    return {k: v for k, v in candidates.items() if k in params}
-
-
-def loss_candidates(eps_low, eps_high, dual_clip) -> Dict[str, object]:
-    """The options OpenRLHF's flags give a registered loss (each loss takes those it has):
-    ``--actor.eps_clip_low_high`` / ``--actor.eps_clip`` as ``eps_low`` / ``eps_high`` and, for the
-    losses named with verl's keys, ``clip_ratio_low`` / ``clip_ratio_high``; ``--actor.dual_clip``
-    as ``dual_clip`` and ``clip_ratio_c`` (DPPO's IS-weight cap, verl's key for both)."""
-    candidates = {"eps_low": eps_low, "eps_high": eps_high, "clip_ratio_low": eps_low, "clip_ratio_high": eps_high}
+def flag_options(fn, clip_low, clip_high, dual_clip) -> Dict[str, object]:
+    """The options OpenRLHF's flags give the registered loss ``fn`` (each loss takes those it has):
+    ``--actor.eps_clip_low_high`` / ``--actor.eps_clip`` as ``clip_ratio_low`` / ``clip_ratio_high``,
+    ``--actor.dual_clip`` as ``dual_clip`` and ``clip_ratio_c`` (DPPO's IS-weight cap, verl's key for both)."""
+    options: Dict[str, object] = {"clip_ratio_low": clip_low, "clip_ratio_high": clip_high}
     if dual_clip is not None:
-        candidates["dual_clip"] = dual_clip
-        candidates["clip_ratio_c"] = dual_clip
-    return candidates
+        options["dual_clip"] = dual_clip
+        options["clip_ratio_c"] = dual_clip
+    return accepted_options(fn, options, forwarded=FORWARDED_TO_PPO)
 
 
 def make_policy_loss_class(base, module=None):
@@ -116,8 +107,8 @@ def make_policy_loss_class(base, module=None):
                 self.rollout_correction = (openrlhf_correction(
                     self.is_correction_level, self.is_correction_mode, self.is_correction_gating,
                     self.is_correction_threshold), False)
-            candidates = loss_candidates(self.clip_eps_low, self.clip_eps_high, self.dual_clip)
-            self._call_kwargs = {**_accepted_kwargs(self._registered_fn, candidates), **self.loss_options}
+            self._call_kwargs = {**flag_options(self._registered_fn, self.clip_eps_low, self.clip_eps_high,
+                                                self.dual_clip), **self.loss_options}
             return self
 
         def forward(
@@ -232,15 +223,15 @@ def make_policy_loss_class(base, module=None):
             """
             if self.policy_loss_type == "ppo" and self.dual_clip is None:
                 return ppo_clip_fractions(
-                    log_probs, old_log_probs, advantages, action_mask, eps_low=self.clip_eps_low,
-                    eps_high=self.clip_eps_high, clipped=clip_ratio,
+                    log_probs, old_log_probs, advantages, action_mask, clip_ratio_low=self.clip_eps_low,
+                    clip_ratio_high=self.clip_eps_high, clipped=clip_ratio,
                 )  # fmt: skip
             keep = action_mask.bool().any(dim=-1)
             if not bool(keep.any()):
                 return {}
             with torch.no_grad():
                 fn = get_policy_loss(self.policy_loss_type)
-                kwargs = {"eps_low": self.clip_eps_low, "eps_high": self.clip_eps_high}
+                kwargs = {"clip_ratio_low": self.clip_eps_low, "clip_ratio_high": self.clip_eps_high}
                 if self.dual_clip is not None and self.policy_loss_type == "ppo":
                     kwargs["dual_clip"] = self.dual_clip
                 try:
@@ -275,7 +266,7 @@ def configure_from_args(loss_fn, args) -> None:
 
 def registered_call_kwargs(loss_fn, fn) -> Dict[str, object]:
     """The options ``loss_fn``'s OpenRLHF settings (clip bounds, dual clip) give the registered loss ``fn``."""
-    return _accepted_kwargs(fn, loss_candidates(loss_fn.clip_eps_low, loss_fn.clip_eps_high, loss_fn.dual_clip))
+    return flag_options(fn, loss_fn.clip_eps_low, loss_fn.clip_eps_high, loss_fn.dual_clip)
 
 
 def make_trainer_init(original, module=None):

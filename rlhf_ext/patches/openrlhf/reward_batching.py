@@ -36,7 +36,7 @@ _ATTR = "_rlhf_ext_reward_batchers"
 def _is_rlhf_ext_reward_file(executor) -> bool:
     cached = getattr(executor, "_rlhf_ext_own_reward_file", None)
     if cached is None:
-        from rlhf_ext.rewards.path import reward_file_path
+        from rlhf_ext.rewards.reward_file import reward_file_path
 
         endpoints = getattr(executor, "reward_endpoints", None) or []
         first = endpoints[0] if endpoints else None

@@ -1,7 +1,7 @@
 """Map the plugin's reward flags to rlhf_ext's OpenRLHF reward file and its environment variables.
 
 rlhf_ext ships an OpenRLHF reward file (``rlhf_ext/rewards/openrlhf_reward.py``, path from
-:func:`rlhf_ext.rewards.path.reward_file_path`) that OpenRLHF loads in each rollout actor through
+:func:`rlhf_ext.rewards.reward_file.reward_file_path`) that OpenRLHF loads in each rollout actor through
 ``--reward.remote_url PATH``. It is configured only by environment variables
 (:mod:`rlhf_ext.rewards.config`), which the driver exports before Ray starts (and
 :mod:`rlhf_ext.patches.activation.ray_env` forwards to an existing cluster):
@@ -35,7 +35,7 @@ def _rewards():
 
 
 def is_plugin_url(remote_url: Optional[str]) -> bool:
-    """``rlhf_ext`` or ``rlhf_ext:SPEC`` (:func:`rlhf_ext.rewards.path.is_short_form`, the one rule)."""
+    """``rlhf_ext`` or ``rlhf_ext:SPEC`` (:func:`rlhf_ext.rewards.reward_file.is_short_form`, the one rule)."""
     return remote_url is not None and _rewards()[1].is_short_form(remote_url)
 
 

@@ -74,28 +74,14 @@ def add_arguments(group) -> None:
     )  # fmt: skip
 
 
-def _rejection(options: Optional[str], thresholds: Optional[str]) -> Dict[str, str]:
-    if not options:
-        if thresholds is not None:
-            raise ValueError("--rlhf_ext.rollout_rs_threshold needs --rlhf_ext.rollout_rs")
-        return {}
-    names = [o.strip() for o in str(options).split(",") if o.strip()]
-    if thresholds is None:
-        raise ValueError("--rlhf_ext.rollout_rs needs --rlhf_ext.rollout_rs_threshold")
-    values = [v.strip() for v in str(thresholds).split(",") if v.strip()]
-    if len(values) == 1:
-        values = values * len(names)
-    if len(values) != len(names):
-        raise ValueError(f"--rlhf_ext.rollout_rs_threshold: {len(values)} thresholds for {len(names)} options")
-    return dict(zip(names, values))
-
-
 def correction_from_args(args) -> Tuple[Optional[object], bool]:
     """``(RolloutCorrection or None, bypass)`` from rlhf_ext's flags (``None``: none given)."""
     from rlhf_ext.algorithms import RolloutCorrection
+    from rlhf_ext.algorithms.rollout_correction import rejection_thresholds
 
     level = setting(args, "rlhf_ext.rollout_is")
-    rs = _rejection(setting(args, "rlhf_ext.rollout_rs"), setting(args, "rlhf_ext.rollout_rs_threshold"))
+    rs = rejection_thresholds(setting(args, "rlhf_ext.rollout_rs"), setting(args, "rlhf_ext.rollout_rs_threshold"),
+                              options_key="--rlhf_ext.rollout_rs", thresholds_key="--rlhf_ext.rollout_rs_threshold")
     bypass = bool(setting(args, "rlhf_ext.rollout_correction_bypass", False))
     threshold = setting(args, "rlhf_ext.rollout_is_threshold")
     if level is None and not rs:

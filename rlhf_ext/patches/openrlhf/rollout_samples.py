@@ -143,7 +143,7 @@ def sample_records(step: int, experiences: Sequence[Any], tokenizer, cap: int) -
 
 def record(trainer, experiences) -> None:
     """Write the step's sample (PPOTrainer process, run record open, flag not 0)."""
-    writer = run_record._writer
+    writer = run_record.writer()
     step = run_record.current_step()
     cap = per_step_cap(trainer.args)
     if writer is None or step is None or cap <= 0 or writer.samples_full:
@@ -167,7 +167,7 @@ def make_compute_rollout_stats(original, module=None):
 
 
 def add_arguments(group) -> None:
-    from rlhf_ext.argtypes import non_negative_int, positive_int
+    from rlhf_ext.ground.argtypes import non_negative_int, positive_int
 
     group.add_argument(
         "--rlhf_ext.rollout_samples", type=non_negative_int, default=runs.SAMPLES_PER_STEP, metavar="N",

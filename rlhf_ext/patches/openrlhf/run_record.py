@@ -78,6 +78,11 @@ def emit_event(event: Mapping[str, Any]) -> None:
     add_event(str(fields.pop("event")), fields.pop("step", None), **fields)
 
 
+def writer() -> Optional["RunWriter"]:
+    """The open run record's writer (PPOTrainer process, once OpenRLHF read its checkpoint state; else ``None``)."""
+    return _writer
+
+
 def current_step() -> Optional[int]:
     """The global step being trained (PPOTrainer process; ``None`` elsewhere or before the first step)."""
     return _current_step
@@ -91,63 +96,12 @@ def run_dir(args) -> Optional[str]:
 # --- the writer (PPOTrainer process) ------------------------------------------------------------
 
 
-class RunWriter:
-    def __init__(self, path: os.PathLike):
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.started_at = time.time()
-        self.compute: Optional[Dict[str, Any]] = None
-        config = self.path / runs.CONFIG
-        if config.exists():
-            try:
-                written = json.loads(config.read_text())
-                self.started_at = float(written.get("started_at", self.started_at))
-                self.compute = written.get("compute") if isinstance(written.get("compute"), dict) else None
-            except (ValueError, TypeError, AttributeError):
-                pass
-        for name in (runs.METRICS, runs.EVENTS, runs.ROLLOUT_SAMPLES):
-            runs.repair_tail(self.path / name)
-        self.samples_written = 0
-        self.samples_full = False
+class RunWriter(runs.RunWriter):
+    """:class:`rlhf_ext.runs.RunWriter` whose ``start`` / ``resume`` event says where it runs
+    (:func:`writer_location`)."""
 
-    def begin(self, resume_step: int) -> None:
-        metrics = self.path / runs.METRICS
-        if resume_step > 0:
-            dropped = runs.truncate_metrics_after(metrics, resume_step)
-            runs.truncate_metrics_after(self.path / runs.ROLLOUT_SAMPLES, resume_step)
-            self.event("resume", resume_step, dropped_steps=dropped, **writer_location())
-        else:
-            if metrics.exists() and metrics.stat().st_size > 0:
-                # a fresh run in a used directory: keep the old record beside, never mix the two
-                stamp = time.strftime("%Y%m%d-%H%M%S")
-                for name in (runs.METRICS, runs.EVENTS, runs.INCIDENT, runs.ROLLOUT_SAMPLES):
-                    if (self.path / name).exists():
-                        os.replace(self.path / name, self.path / f"{name}.previous-{stamp}")
-            self.event("start", 0, **writer_location())
-        self.samples_written = len(runs.read_jsonl(self.path / runs.ROLLOUT_SAMPLES))
-
-    def write_samples(self, step: int, records: List[Dict[str, Any]], total_cap: int) -> int:
-        """Append a step's rollout samples while the run's total stays within ``total_cap``; the
-        first time the cap cuts samples off, a ``rollout_samples_full`` event says so. Returns how many were written."""
-        room = max(0, total_cap - self.samples_written)
-        kept = records[:room]
-        for rec in kept:
-            runs.append_jsonl(self.path / runs.ROLLOUT_SAMPLES, rec)
-        self.samples_written += len(kept)
-        if len(kept) < len(records) and not self.samples_full:
-            self.samples_full = True
-            self.event("rollout_samples_full", step, total=self.samples_written, cap=total_cap)
-        return len(kept)
-
-    def write_step(self, step: int, values: Mapping[str, Any]) -> None:
-        from rlhf_ext.throughput import step_throughput
-
-        values = {**values, **step_throughput(values, self.compute)}
-        runs.append_jsonl(self.path / runs.METRICS, runs.metrics_record(step, values, now=time.time(),
-                                                                         started_at=self.started_at))
-
-    def event(self, event: str, step: Optional[int], **fields: Any) -> None:
-        runs.append_jsonl(self.path / runs.EVENTS, runs.event_record(event, step, **fields))
+    def begin(self, resume_step: int, **where: Any) -> None:
+        super().begin(resume_step, **{**writer_location(), **where})
 
 
 def writer_location() -> Dict[str, Any]:
@@ -346,7 +300,7 @@ def make_actor_ppo_train(original, module=None):
 
 
 def _plain(value):
-    ok, number = runs._number(value)
+    ok, number = runs.as_number(value)
     return number if ok else value
 
 
@@ -492,7 +446,7 @@ def _device_name() -> str:
 
 def _compute(namespace) -> Dict[str, Any]:
     """The device, the training devices, the model's shape: what the per-step MFU needs."""
-    from rlhf_ext.flops import compute_block
+    from rlhf_ext.runs.flops import compute_block
 
     device, error = None, None
     try:

@@ -1,7 +1,7 @@
 """Apply the OpenRLHF device retarget in this process: the one entry point the plugin calls.
 
 Nothing is imported here up front. The device shim is attached to ``import torch`` and each
-OpenRLHF/Ray patch to the import of the module it patches (:mod:`rlhf_ext.patching.import_hooks`), so
+OpenRLHF/Ray patch to the import of the module it patches (:mod:`rlhf_ext.seams.import_hooks`), so
 calling :func:`apply_openrlhf_retarget` at interpreter start-up costs almost nothing, and a module
 is patched before any other code can use it. Modules imported before the call are patched at once.
 """
@@ -14,10 +14,11 @@ import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 from rlhf_ext.npu.backend import BACKENDS, ENV_DEVICE
-from rlhf_ext.patching.import_hooks import when_imported
-from rlhf_ext.patches.retarget import cpu_dtype, cpu_processes, models, ray_placement, strategy, vllm_cpu_weights, weight_sync
+from rlhf_ext.seams.import_hooks import when_imported
+from rlhf_ext.patches.retarget import (cpu_processes, float32_training, models, ray_placement, strategy, vllm_cpu_weights,
+                                       weight_sync)
 from rlhf_ext.patches.retarget.guard import RetargetError, warn_if_untested_version
-from rlhf_ext.patches.retarget.state import _lock, _set_applied, applied_backend, retarget_backend
+from rlhf_ext.patches.retarget.state import APPLY_LOCK, applied_backend, retarget_backend, set_applied
 
 logger = logging.getLogger("rlhf_ext.retarget")
 
@@ -27,12 +28,12 @@ MODULE_PATCHES: Tuple[Tuple[str, Tuple[Patch, ...]], ...] = (
     ("ray.actor", (ray_placement.patch_ray_actor_class,)),
     ("ray.util.placement_group", (ray_placement.patch_ray_placement_group,)),
     ("openrlhf.utils.distributed_util", (weight_sync.patch_distributed_util,)),
-    ("openrlhf.utils.utils", (cpu_dtype.patch_utils,)),
+    ("openrlhf.utils.utils", (float32_training.patch_utils,)),
     ("openrlhf.models.utils", (models.patch_compiled_utils,)),
     ("openrlhf.models.model", (models.patch_model,)),
     ("openrlhf.models.actor", (models.patch_actor,)),
     ("openrlhf.models", (models.patch_models_package,)),
-    ("openrlhf.utils.deepspeed.deepspeed", (strategy.patch_deepspeed_strategy, cpu_dtype.patch_ds_configs)),
+    ("openrlhf.utils.deepspeed.deepspeed", (strategy.patch_deepspeed_strategy, float32_training.patch_ds_configs)),
     ("openrlhf.trainer.ray.launcher", (ray_placement.patch_launcher, ray_placement.patch_placement_group_importer,
                                        models.patch_regression_importer)),
     ("openrlhf.trainer.ray.ppo_critic", (models.patch_regression_importer,)),
@@ -40,7 +41,7 @@ MODULE_PATCHES: Tuple[Tuple[str, Tuple[Patch, ...]], ...] = (
     ("openrlhf.trainer.ray.vllm_engine", (ray_placement.patch_vllm_engine,)),
     ("openrlhf.cli.train_ppo_ray", (ray_placement.patch_placement_group_importer,)),
     ("vllm.model_executor.layers.utils", (vllm_cpu_weights.patch_cpu_gemm_dispatch,)),
-    ("deepspeed.runtime.engine", (cpu_dtype.patch_ds_engine,)),
+    ("deepspeed.runtime.engine", (float32_training.patch_ds_engine,)),
 )  # fmt: skip
 """Module -> patches applied when it is imported, for the NPU and CPU targets."""
 
@@ -77,7 +78,7 @@ def apply_openrlhf_retarget(backend: Optional[str] = None) -> str:
     Raises :class:`RetargetError` when asked for a different backend than an earlier call applied,
     or when an OpenRLHF/Ray target of a patch is missing or changed.
     """
-    with _lock:
+    with APPLY_LOCK:
         target = backend or retarget_backend()
         if target not in BACKENDS:
             raise ValueError(f"unknown backend {target!r}; expected one of: {', '.join(BACKENDS)}")
@@ -88,7 +89,7 @@ def apply_openrlhf_retarget(backend: Optional[str] = None) -> str:
                     f"OpenRLHF was already retargeted to {already!r} in this process; cannot switch to {target!r}"
                 )
             return target
-        _set_applied(target)
+        set_applied(target)
         if target == "cuda":
             return target
         os.environ[ENV_DEVICE] = target

@@ -12,7 +12,7 @@ import inspect
 import logging
 from typing import Any, Iterable, Optional
 
-from rlhf_ext.patching.host import distribution_version
+from rlhf_ext.seams.host import distribution_version
 
 logger = logging.getLogger("rlhf_ext.retarget")
 

@@ -29,7 +29,7 @@ import inspect
 import os
 from typing import Optional
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.patches.retarget.guard import require
 from rlhf_ext.patches.retarget.state import current_backend
 

@@ -24,7 +24,7 @@ import sys
 import types
 from typing import Any
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.npu.backend import ray_noset_visible_devices_env, visible_devices_env
 from rlhf_ext.npu.ray_resources import local_device_ids, retarget_actor_options, retarget_bundle
 from rlhf_ext.patches.retarget import vllm_memory

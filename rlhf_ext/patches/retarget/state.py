@@ -15,7 +15,7 @@ from typing import Optional
 
 from rlhf_ext.npu.backend import BACKENDS, backend_override, detect_backend
 
-_lock = threading.RLock()
+APPLY_LOCK = threading.RLock()  # held while the retarget is applied (apply.py)
 _applied: Optional[str] = None
 
 
@@ -43,11 +43,12 @@ def current_backend() -> str:
     return _applied or retarget_backend()
 
 
-def _set_applied(backend: Optional[str]) -> None:
+def set_applied(backend: Optional[str]) -> None:
+    """Record the backend the retarget applied in this process (:mod:`.apply`, under :data:`APPLY_LOCK`)."""
     global _applied
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}")
     _applied = backend
 
 
-__all__ = ["applied_backend", "current_backend", "retarget_backend"]
+__all__ = ["APPLY_LOCK", "applied_backend", "current_backend", "retarget_backend", "set_applied"]

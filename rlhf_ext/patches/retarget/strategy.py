@@ -13,7 +13,7 @@ which the device shims route (``rlhf_ext.npu``); DeepSpeed itself picks its NPU 
 
 from __future__ import annotations
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.npu.backend import device_name
 from rlhf_ext.patches.retarget.guard import RetargetError, require
 from rlhf_ext.patches.retarget.state import current_backend

@@ -15,7 +15,7 @@ the next rollout uses. Other layers (MoE experts, convolutions, meta weights) ke
 
 from __future__ import annotations
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.patches.retarget.guard import require
 
 

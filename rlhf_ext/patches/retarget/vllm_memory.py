@@ -6,7 +6,7 @@ fraction is taken of the NUMA node's memory, so it depends on the machine (see
 ``kv_cache_memory_bytes`` from the model and ``max_model_len`` instead (or from
 ``RLHF_EXT_VLLM_KV_CACHE``), unless the caller already set one; the size is checked against the
 node's available memory first, so a cache that cannot fit fails with a plain message. Its ``dtype``
-follows the CPU training dtype (:mod:`.cpu_dtype`).
+follows the CPU training dtype (:mod:`.float32_training`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from rlhf_ext.npu.cpu_kv_cache import check_cpu_kv_cache, cpu_kv_cache_bytes, format_size
-from rlhf_ext.patches.retarget.cpu_dtype import rollout_dtype
+from rlhf_ext.patches.retarget.float32_training import rollout_dtype
 
 logger = logging.getLogger("rlhf_ext.retarget")
 
@@ -24,7 +24,7 @@ value, and the attribute travels with the class (a registry lookup by ``id`` wou
 
 
 def rollout_engine_kwargs(kwargs: dict, backend: str) -> dict:
-    """``kwargs`` of ``RolloutRayActor.__init__`` with the CPU dtype (:func:`.cpu_dtype.rollout_dtype`) and
+    """``kwargs`` of ``RolloutRayActor.__init__`` with the CPU dtype (:func:`.float32_training.rollout_dtype`) and
     KV-cache size filled in (a new dict)."""
     if backend != "cpu":
         return kwargs

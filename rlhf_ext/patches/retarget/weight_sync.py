@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 from datetime import timedelta
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.npu.backend import CANN_SET_ENV_HINT, comm_backend
 from rlhf_ext.patches.retarget.guard import RetargetError, require
 from rlhf_ext.patches.retarget.rendezvous import peers_checked_by, ray_actors_alive_check, rendezvous, sync_timeout

@@ -44,9 +44,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from ...patching import import_hooks
-from ...patching.host import HostRelease
-from ...patching.seams import Requirement, requirement_problems
+from ...seams import import_hooks
+from ...seams.host import HostRelease
+from ...seams.table import Requirement, requirement_problems
 from .names import (
     ALLOW_UNSUPPORTED_ENV,
     KL_CLIP_ENV,
@@ -238,6 +238,11 @@ def _on_core_algos(module) -> None:
 _active = []
 
 
+def is_active() -> bool:
+    """Whether :func:`activate` ran in this process (verl loaded the ``verl.plugins`` entry point)."""
+    return bool(_active)
+
+
 def activate() -> None:
     """Called when verl loads the ``verl.plugins`` entry point (at ``import verl``); idempotent."""
     with _lock:
@@ -328,6 +333,7 @@ __all__ = [
     "VerlCompatibilityError",
     "WHITENED_ESTIMATORS",
     "activate",
+    "is_active",
     "check_seams",
     "check_version",
     "deactivate",

@@ -31,7 +31,7 @@ def main(argv=None) -> int:
 
     import verl  # noqa: F401  (loads the verl.plugins entry points)
 
-    from . import CORE_ALGOS, KL_CLIP_ENV, _active, check_seams, check_version, registered, verl_version
+    from . import CORE_ALGOS, KL_CLIP_ENV, check_seams, check_version, is_active, registered, verl_version
 
     ok = True
     try:
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     except Exception as exc:
         print(f"error: {exc}")
         ok = False
-    loaded = bool(_active)
+    loaded = is_active()
     print(f"verl {verl_version()}: plugin {'loaded through the verl.plugins entry point' if loaded else 'NOT loaded'}")
     if not loaded:
         print("  (is rlhf_ext installed in this environment, and VERL_USE_EXTERNAL_PLUGINS unset or 'auto'?)")

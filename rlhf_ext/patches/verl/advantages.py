@@ -26,10 +26,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 
-from .names import OPTIONS_KEY, WHITENED_ESTIMATORS, verl_name
+from .names import OPTIONS_KEY, WHITENED_ESTIMATORS, named_for_verl, verl_name
 
 
-def _as_plain(value: Any) -> Any:
+def as_plain(value: Any) -> Any:
     """OmegaConf containers -> dicts/lists (options reach the estimator as plain Python values)."""
     try:
         from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -47,7 +47,7 @@ def estimator_options(config: Any, name: str, estimator: Callable) -> Dict[str, 
     if config is not None:
         getter = getattr(config, "get", None)
         raw = getter(OPTIONS_KEY, None) if getter is not None else getattr(config, OPTIONS_KEY, None)
-    raw = _as_plain(raw)
+    raw = as_plain(raw)
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -141,9 +141,4 @@ def make_verl_estimator(name: str, estimator: Callable) -> Callable:
         token_adv = token_adv.to(token_level_rewards.dtype)
         return token_adv, token_adv.clone()
 
-    verl_estimator.__name__ = f"rlhf_ext_{name}_advantage"
-    verl_estimator.__qualname__ = verl_estimator.__name__
-    verl_estimator.__doc__ = (f"rlhf_ext's {name!r} advantage estimator in verl's calling convention "
-                              f"(see rlhf_ext.patches.verl.advantages).\n\n{estimator.__doc__ or ''}")
-    verl_estimator.rlhf_ext_name = name
-    return verl_estimator
+    return named_for_verl(verl_estimator, name, "advantage estimator", __name__, estimator)

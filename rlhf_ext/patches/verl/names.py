@@ -8,7 +8,7 @@ run's config says which implementation it uses.
 from __future__ import annotations
 
 import os
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 PREFIX = "rlhf_ext_"
 
@@ -31,6 +31,21 @@ WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 def verl_name(rlhf_ext_name: str) -> str:
     """``"passk"`` -> ``"rlhf_ext_passk"``."""
     return PREFIX + rlhf_ext_name
+
+
+# what an adapter's function name ends with, by the kind of rlhf_ext function it wraps
+ADAPTER_SUFFIX = {"advantage estimator": "advantage", "policy loss": "policy_loss"}
+
+
+def named_for_verl(adapter: Callable, name: str, kind: str, adapter_module: str, original: Callable) -> Callable:
+    """Name ``adapter`` (the verl-convention wrapper of the rlhf_ext ``kind`` ``name``) as verl shows it:
+    ``rlhf_ext_<name>_advantage`` / ``rlhf_ext_<name>_policy_loss``, the original's docstring under a
+    line naming the adapter module, and ``rlhf_ext_name``. ``kind``: one of :data:`ADAPTER_SUFFIX`."""
+    adapter.__name__ = adapter.__qualname__ = f"{verl_name(name)}_{ADAPTER_SUFFIX[kind]}"
+    adapter.__doc__ = (f"rlhf_ext's {name!r} {kind} in verl's calling convention "
+                       f"(see {adapter_module}).\n\n{original.__doc__ or ''}")
+    adapter.rlhf_ext_name = name
+    return adapter
 
 
 def parse_kl_clip(text: Optional[str]) -> Optional[Tuple[float, float]]:

@@ -5,14 +5,13 @@ verl's actor (``verl.workers.utils.losses`` / ``dp_actor``) looks the loss up wi
 advantages, response_mask, loss_agg_mode, config=<actor config>, rollout_is_weights=None)``,
 expecting ``(scalar loss, {metric: float})``. This adapter:
 
-1. maps verl's actor settings onto the loss's own options, for the options the loss has:
-   ``clip_ratio_low`` / ``clip_ratio_high`` (falling back to ``clip_ratio``) -> ``eps_low`` /
-   ``eps_high``, ``clip_ratio_c`` -> ``dual_clip``; the losses whose options carry verl's own
-   names (:mod:`rlhf_ext.algorithms.ratio_losses`) get them under those names:
-   ``clip_ratio_low`` / ``clip_ratio_high`` / ``clip_ratio_c`` / ``tau_pos`` / ``tau_neg`` from
-   the actor config, ``clip_cov_ratio`` / ``clip_cov_lb`` / ``clip_cov_ub`` / ``kl_cov_ratio`` /
-   ``ppo_kl_coef`` from ``actor.policy_loss`` (options verl has no key for, e.g. VESPO's
-   ``vespo_k_pos``, keep their defaults);
+1. hands the loss verl's actor settings under verl's own names, for the options the loss has
+   (every rlhf_ext loss names its options after verl's keys): ``clip_ratio_low`` /
+   ``clip_ratio_high`` (falling back to ``clip_ratio``), ``clip_ratio_c`` (also as ``dual_clip``,
+   PPO's name for it), ``tau_pos`` / ``tau_neg`` from the actor config, ``clip_cov_ratio`` /
+   ``clip_cov_lb`` / ``clip_cov_ub`` / ``kl_cov_ratio`` / ``ppo_kl_coef`` from
+   ``actor.policy_loss`` (options verl has no key for, e.g. VESPO's ``vespo_k_pos``, keep their
+   defaults);
 2. computes the per-token loss with the rlhf_ext function (formulas and papers in
    :mod:`rlhf_ext.algorithms.ppo_losses`) on the rows that have tokens (verl's rollout-correction
    rejection empties whole rows of ``response_mask``; they contribute zero), multiplied by verl's
@@ -30,15 +29,15 @@ expecting ``(scalar loss, {metric: float})``. This adapter:
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Dict, Optional
 
 import torch
 
+from rlhf_ext.algorithms import accepted_options
+
+from .names import named_for_verl
 from .startup import off_policy_threshold
 
-# verl actor setting -> the rlhf_ext loss option it sets (when the loss has that option).
-_CLIP_LOW, _CLIP_HIGH, _DUAL = "eps_low", "eps_high", "dual_clip"
 # verl keys passed under their own name to the losses that have an option of that name.
 _ACTOR_KEYS = ("clip_ratio_c", "tau_pos", "tau_neg")
 _POLICY_LOSS_KEYS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
@@ -54,30 +53,14 @@ def _get(config: Any, key: str, default=None):
 
 def loss_options(config: Any, loss: Callable) -> Dict[str, Any]:
     """The rlhf_ext loss options that verl's actor config determines."""
-    params = inspect.signature(loss).parameters
-    options: Dict[str, Any] = {}
     clip = _get(config, "clip_ratio")
-    low = _get(config, "clip_ratio_low", clip)
-    high = _get(config, "clip_ratio_high", clip)
-    if _CLIP_LOW in params and low is not None:
-        options[_CLIP_LOW] = float(low)
-    if _CLIP_HIGH in params and high is not None:
-        options[_CLIP_HIGH] = float(high)
-    dual = _get(config, "clip_ratio_c")
-    if _DUAL in params and dual is not None:
-        options[_DUAL] = float(dual)
-    if "clip_ratio_low" in params and low is not None:
-        options["clip_ratio_low"] = float(low)
-    if "clip_ratio_high" in params and high is not None:
-        options["clip_ratio_high"] = float(high)
-    for key in _ACTOR_KEYS:
-        if key in params and _get(config, key) is not None:
-            options[key] = float(_get(config, key))
+    settings = {"clip_ratio_low": _get(config, "clip_ratio_low", clip),
+                "clip_ratio_high": _get(config, "clip_ratio_high", clip),
+                "dual_clip": _get(config, "clip_ratio_c")}  # PPO's name for verl's clip_ratio_c
+    settings.update({key: _get(config, key) for key in _ACTOR_KEYS})
     policy_loss = _get(config, "policy_loss")
-    for key in _POLICY_LOSS_KEYS:
-        if key in params and _get(policy_loss, key) is not None:
-            options[key] = float(_get(policy_loss, key))
-    return options
+    settings.update({key: _get(policy_loss, key) for key in _POLICY_LOSS_KEYS})
+    return {key: float(value) for key, value in accepted_options(loss, settings).items() if value is not None}
 
 
 def global_batch_kwargs(config: Any) -> Dict[str, Any]:
@@ -136,9 +119,4 @@ def make_verl_policy_loss(name: str, loss: Callable, agg_loss: Callable) -> Call
                for key, value in metrics.items()}
         return pg_loss, out
 
-    verl_policy_loss.__name__ = f"rlhf_ext_{name}_policy_loss"
-    verl_policy_loss.__qualname__ = verl_policy_loss.__name__
-    verl_policy_loss.__doc__ = (f"rlhf_ext's {name!r} policy loss in verl's calling convention "
-                                f"(see rlhf_ext.patches.verl.policy_loss).\n\n{loss.__doc__ or ''}")
-    verl_policy_loss.rlhf_ext_name = name
-    return verl_policy_loss
+    return named_for_verl(verl_policy_loss, name, "policy loss", __name__, loss)

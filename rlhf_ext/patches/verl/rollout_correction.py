@@ -41,20 +41,10 @@ def _get(config, key, default=None):
 
 def _options(config) -> Tuple[object, Dict[str, object]]:
     from rlhf_ext.algorithms import RolloutCorrection
+    from rlhf_ext.algorithms.rollout_correction import rejection_thresholds
 
-    rs = _get(config, "rollout_rs")
-    names = [o.strip() for o in str(rs).split(",") if o.strip()] if rs else []
-    rejection: Dict[str, object] = {}
-    if names:
-        spec = _get(config, "rollout_rs_threshold")
-        if spec is None:
-            raise ValueError("rollout_rs_threshold must be set when rollout_rs is")
-        values = [v.strip() for v in str(spec).split(",") if v.strip()]
-        if len(values) == 1:
-            values = values * len(names)
-        if len(values) != len(names):
-            raise ValueError(f"rollout_rs_threshold: {len(values)} thresholds for {len(names)} rollout_rs options")
-        rejection = dict(zip(names, values))
+    rejection = rejection_thresholds(_get(config, "rollout_rs"), _get(config, "rollout_rs_threshold"),
+                                     thresholds_alone=True)
     return RolloutCorrection(
         is_level=_get(config, "rollout_is"),
         is_threshold=_get(config, "rollout_is_threshold", 2.0),
@@ -65,11 +55,10 @@ def _options(config) -> Tuple[object, Dict[str, object]]:
 
 def uses_rlhf_ext(config) -> bool:
     """Whether ``config`` names a mode verl 0.9.x does not have."""
-    from rlhf_ext.algorithms.rollout_correction import VERL_REJECTION_OPTIONS
+    from rlhf_ext.algorithms.rollout_correction import VERL_REJECTION_OPTIONS, rejection_options
 
     level = _get(config, "rollout_is")
-    rs = _get(config, "rollout_rs")
-    names = [o.strip() for o in str(rs).split(",") if o.strip()] if rs else []
+    names = rejection_options(_get(config, "rollout_rs"))
     return level not in (None, "token", "sequence") or any(n not in VERL_REJECTION_OPTIONS for n in names)
 
 

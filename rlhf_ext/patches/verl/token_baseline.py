@@ -28,10 +28,10 @@ SEAM_PARAMS = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_
 
 
 def _options(config: Any) -> dict:
-    from .advantages import _as_plain
+    from .advantages import as_plain
     from .names import OPTIONS_KEY
 
-    raw = None if config is None else _as_plain(getattr(config, "get", lambda k, d=None: None)(OPTIONS_KEY, None))
+    raw = None if config is None else as_plain(getattr(config, "get", lambda k, d=None: None)(OPTIONS_KEY, None))
     options = dict(raw or {})
     unknown = sorted(set(options) - {"handle_zero_tail", "eps"})
     if unknown:

@@ -1,4 +1,4 @@
-"""The report's throughput table: per run, medians over steps of what :mod:`rlhf_ext.throughput` defines.
+"""The report's throughput table: per run, medians over steps of what :mod:`rlhf_ext.runs.throughput` defines.
 
 Columns: median seconds per step (``timing/step_total``), median completion tokens per second,
 speed against the first run (its median s/step divided by this run's: above 1 is faster), median
@@ -16,8 +16,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..throughput import PREFIX, step_throughput
-from .runs import RunRecord
+from ..runs.throughput import PREFIX, step_throughput
+from .loaded_runs import RunRecord
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""The CPU target's training dtype: float32 where the CPU would only emulate bf16.
+"""The CPU target's dtype decision applied to OpenRLHF, DeepSpeed and vLLM: float32 where the CPU would
+only emulate bf16.
+
+The decision itself (``RLHF_EXT_CPU_DTYPE``, the CPU's native bf16) has one owner,
+:mod:`rlhf_ext.npu.cpu_dtype`; this module only carries its answer into the host's arguments.
 
 OpenRLHF 0.11.2 accepts ``--ds.param_dtype bf16|fp16`` only, and reads it in two places: the model is
 loaded in ``convert_to_torch_dtype(param_dtype)`` (``openrlhf/utils/utils.py``, imported inside the
@@ -19,7 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 
-from rlhf_ext.patching import ledger
+from rlhf_ext.seams import ledger
 from rlhf_ext.npu.cpu_dtype import ENV_CPU_DTYPE, cpu_train_dtype
 from rlhf_ext.patches.retarget.cpu_optimizer import with_torch_adam
 from rlhf_ext.patches.retarget.guard import RetargetError, require

@@ -58,7 +58,7 @@ def device_peak(name: Optional[str]) -> Tuple[Optional[float], str]:
         if key.lower() in name.lower():
             return peak, source
     known = ", ".join(k for k, _, _ in PEAK_BF16_DENSE)
-    return None, f"no peak-FLOPs figure for device {name!r} (the table in rlhf_ext/flops.py covers {known})"
+    return None, f"no peak-FLOPs figure for device {name!r} (the table in rlhf_ext/runs/flops.py covers {known})"
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class ModelShape:
 
     def to_json(self) -> Dict[str, Any]:
         """The shape, ``N``, and the count's two coefficients: FLOPs per token = ``flops_per_token_fixed``
-        + ``flops_per_token_per_position`` x T (what :func:`rlhf_ext.throughput.step_mfu` reads)."""
+        + ``flops_per_token_per_position`` x T (what :func:`rlhf_ext.runs.throughput.step_mfu` reads)."""
         return {**asdict(self), "matmul_params": self.matmul_params,
                 "flops_per_token_fixed": 6.0 * self.matmul_params,
                 "flops_per_token_per_position": 12.0 * self.layers * self.heads * self.head_dim}

@@ -11,6 +11,10 @@ tools, evalkit, the queue, the alignment check).
   skipped); a line that is not JSON is an error naming file and line, never skipped in silence.
   Append-only logs that a killed writer may leave with a torn last line have their own tolerant
   readers (:func:`rlhf_ext.runs.read_jsonl_numbered`, :class:`rlhf_ext.evalkit.records.SampleLog`).
+* :func:`append_bytes` / :func:`open_append` + :func:`write_all`, :func:`torn_tail_bytes`,
+  :func:`drop_torn_tail`: the torn-line-safe append of those logs. Every batch of whole lines goes
+  out in one ``write`` on an ``O_APPEND`` descriptor (no interleaving with other appenders; a crash
+  leaves at most one torn last line), and a writer that reopens a log drops such a torn tail first.
 """
 
 from __future__ import annotations
@@ -84,3 +88,65 @@ def iter_jsonl(path: os.PathLike, error: Type[Exception] = ValueError,
             except json.JSONDecodeError as exc:
                 raise error(f"{path}:{lineno}: {complaint} ({exc.msg})") from None
             yield lineno, value
+
+
+# --- append-only JSONL logs: torn-line-safe appends --------------------------------------------
+
+
+def open_append(path: os.PathLike) -> int:
+    """An ``O_APPEND`` descriptor of ``path`` (created with :data:`DEFAULT_MODE`): every ``write`` on
+    it lands whole at the end of the file, never interleaved with another appender's."""
+    return os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, DEFAULT_MODE)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than asked: signals, huge payloads)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def append_bytes(path: os.PathLike, data: bytes) -> None:
+    """Append ``data`` (whole lines) to ``path`` with a single write on an ``O_APPEND`` descriptor."""
+    fd = open_append(path)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def torn_tail_bytes(path: os.PathLike) -> int:
+    """Length of an unterminated last line of ``path`` (0 if the file ends cleanly, is empty or is missing)."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with open(path, "rb") as f:
+        # scan back in blocks for the last newline; lines can be long (full responses)
+        pos, block = size, 1 << 16
+        while pos > 0:
+            start = max(0, pos - block)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                return size - (start + idx + 1)
+            pos = start
+    return size
+
+
+def drop_torn_tail(path: os.PathLike, *, fsync: bool = False) -> int:
+    """Truncate a torn (unterminated) last line left by a killed writer; the number of bytes removed.
+    ``fsync``: make the truncation durable before returning."""
+    path = Path(path)
+    torn = torn_tail_bytes(path)
+    if torn:
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size - torn)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+    return torn

@@ -4,7 +4,7 @@ Every host package (``patches/openrlhf``, ``patches/mindspeed_rl``, ``patches/ve
 supported release series, the variable that overrides the refusal and its compatibility error in
 a :class:`HostRelease`; the version is read once per process and the refusal names the installed
 version, what is supported and how to try anyway. A host that keeps a
-:class:`~rlhf_ext.patching.seams.PatchRegistry` (:meth:`HostRelease.patch_registry`) hands its
+:class:`~rlhf_ext.seams.table.PatchRegistry` (:meth:`HostRelease.patch_registry`) hands its
 functions out at module level with :func:`registry_functions` (``compat.register(...)``,
 ``from .compat import apply_module``).
 
@@ -13,7 +13,7 @@ Framework-free and light: imported at interpreter start-up by plugin activation.
 
 from __future__ import annotations
 
-from .seams import PatchRegistry, version_allowed
+from .table import PatchRegistry, version_allowed
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~15 ms at start-up
 if TYPE_CHECKING:

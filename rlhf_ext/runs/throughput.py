@@ -9,14 +9,14 @@ From the values OpenRLHF logs each step (docs/run_records.md):
 * ``weight_sync_s`` = ``timing/broadcast``: seconds spent sending the new weights to vLLM;
 * ``update_flops`` = ``train.max_epochs`` x ``rollout/num_samples`` x T x (6 N + 12 L H Q T), T the
   step's mean sequence length (``train/total_length``, prompt + response): the model FLOPs of the
-  policy update (:mod:`rlhf_ext.flops`, PaLM's count; T's mean stands in for each sequence's own);
+  policy update (:mod:`rlhf_ext.runs.flops`, PaLM's count; T's mean stands in for each sequence's own);
 * ``mfu`` = ``update_flops`` / (``timing/ppo_train`` x peak FLOP/s per device x devices): the MFU of
   the policy update, as PaLM and verl report it. Generation, the reference and old-policy forward
   passes are not counted, so it says how well the update uses the devices, not the whole step.
 
 The run-record writer adds them to every step's line as ``rlhf_ext/throughput/<name>``
 (:mod:`rlhf_ext.patches.openrlhf.run_record`), MFU from the ``compute`` block of ``config.json``
-(:func:`rlhf_ext.flops.compute_block`: device, device count, peak and its source, the model's shape,
+(:func:`rlhf_ext.runs.flops.compute_block`: device, device count, peak and its source, the model's shape,
 or why there is no MFU); the report summarises them per run.
 """
 
@@ -67,7 +67,7 @@ def step_throughput(values: Mapping[str, Any], compute: Optional[Mapping[str, An
 def step_mfu(values: Mapping[str, Any], compute: Optional[Mapping[str, Any]]) -> Dict[str, float]:
     """``update_flops`` (when the model shape is known) and ``mfu`` (when the device's peak is too).
 
-    The shape's two coefficients (:meth:`rlhf_ext.flops.ModelShape.to_json`) give the FLOPs per token
+    The shape's two coefficients (:meth:`rlhf_ext.runs.flops.ModelShape.to_json`) give the FLOPs per token
     at the step's mean length T: ``fixed + per_position x T`` = 6N + 12LHQ x T."""
     shape = (compute or {}).get("model_shape")
     samples = _num(values, "rollout/num_samples")

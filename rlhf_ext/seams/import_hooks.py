@@ -10,7 +10,7 @@ body has run, inside the import statement that loaded it -- e.g. ``from openrlhf
 compute_entropy`` in a later module already sees the patched name.
 
 The device shims (:mod:`rlhf_ext.npu`) and the framework glue (:mod:`rlhf_ext.patches`) both use
-this one module; it lives on the ground floor (:mod:`rlhf_ext.patching`), below both.
+this one module; it lives on the ground floor (:mod:`rlhf_ext.seams`), below both.
 """
 
 from __future__ import annotations

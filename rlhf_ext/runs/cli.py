@@ -1,13 +1,15 @@
 """``rlhf-ext runs ACTION``: show or check a run record, import TensorBoard logs (docs/run_records.md).
 
 The flags of the ``runs`` tool, declared here as every tool declares its own; the record format is
-:mod:`rlhf_ext.runs`, the smoke verdict :mod:`rlhf_ext.runcheck`.
+:mod:`rlhf_ext.runs`, the smoke verdict :mod:`rlhf_ext.runs.check`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from ..ground.subcommands import run_subcommand, set_subcommand_handler
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                       "stopped_by_guard / crashed), last step, first and last value of key "
                                       "metrics, guard incidents, checkpoints. Example: rlhf-ext runs show runs/r1")
     show.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds config.json / metrics.jsonl)")
-    show.set_defaults(runs_handler=_run_runs_show)
+    set_subcommand_handler(show, _run_runs_show)
     check = sub.add_parser(
         "check",
         help="smoke verdict of a run: ended, finite, ratio near 1, advantages alive, reward direction, mismatch",
@@ -45,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="fail unless the reward rises by more than 2 standard errors (default: fail only "
                             "when it falls)")
     check.add_argument("--json", action="store_true", help="print the verdict as JSON instead of lines")
-    check.set_defaults(runs_handler=_run_runs_check)
+    set_subcommand_handler(check, _run_runs_check)
     export = sub.add_parser(
         "export",
         help="convert an older run's TensorBoard event files into a run directory (metrics.jsonl)",
@@ -58,15 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--output", default=None, metavar="RUN_DIR",
                         help="run directory to write (default: DIR/rlhf_ext_run); must not hold a metrics.jsonl")
     export.add_argument("--name", default=None, help="run name in config.json (default: the event directory's name)")
-    export.set_defaults(runs_handler=_run_runs_export)
+    set_subcommand_handler(export, _run_runs_export)
 
 
 def run(args) -> int:
-    return args.runs_handler(args)
+    return run_subcommand(args)
 
 
 def _run_runs_show(args) -> int:
-    from .runs import summarize
+    from .summary import summarize
 
     try:
         print(summarize(args.run_dir))
@@ -79,7 +81,7 @@ def _run_runs_show(args) -> int:
 def _run_runs_check(args) -> int:
     import json
 
-    from .runcheck import CheckOptions, check_run
+    from .check import CheckOptions, check_run
 
     for flag, value in (("--window", args.window), ("--max-ppo-kl", args.max_ppo_kl),
                         ("--max-zero-variance", args.max_zero_variance)):
@@ -100,7 +102,7 @@ def _run_runs_check(args) -> int:
 def _run_runs_export(args) -> int:
     from pathlib import Path
 
-    from .runs import export_tensorboard
+    from .tensorboard import export_tensorboard
 
     output = Path(args.output) if args.output else Path(args.tensorboard) / "rlhf_ext_run"
     try:

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import runs
+from .files import CONFIG, EVENTS, METRICS, POLICY_LAG, read_jsonl, read_metrics
+from .status import run_status
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 NOT_JUDGED = "N/A"  # a trend the run is too short (or too quiet) to judge: does not fail the verdict
@@ -113,7 +114,7 @@ def _g(x: float) -> str:
 
 
 def _check_ended(metrics, events) -> Check:
-    status, code = runs.run_status(events)
+    status, code = run_status(events)
     n = len(metrics)
     steps = f"{n} step{'s' if n != 1 else ''} recorded" + (f" (last {metrics[-1]['step']})" if metrics else "")
     if not events:
@@ -234,11 +235,11 @@ def _check_mismatch(metrics, events, config, opts: CheckOptions) -> Check:
             threshold, source = DEFAULT_MISMATCH_THRESHOLD, "default"
     # An async run's batch may come from an older policy (rlhf_ext/policy_lag > 0): its vLLM log-probs then
     # differ from the trainer's by the policy's own change, which is not a numerical mismatch
-    lagged = {m["step"] for m in metrics if _number(m.get(runs.POLICY_LAG)) and m[runs.POLICY_LAG] > 0}
+    lagged = {m["step"] for m in metrics if _number(m.get(POLICY_LAG)) and m[POLICY_LAG] > 0}
     diffs = _series([m for m in metrics if m["step"] not in lagged], "rollout_mismatch/probs_diff_mean")
     warnings = [ev for ev in events if ev.get("event") == "mismatch_warning" and ev.get("step") not in lagged]
     if lagged and not diffs and not warnings:
-        return Check("mismatch", NOT_JUDGED, f"every step with rollout_mismatch/* had a policy lag ({runs.POLICY_LAG} > 0, "
+        return Check("mismatch", NOT_JUDGED, f"every step with rollout_mismatch/* had a policy lag ({POLICY_LAG} > 0, "
                                              "async): its mismatch includes the policy's change; "
                                              f"{NOT_ENOUGH_STEPS} at lag 0")
     if not diffs and not warnings:
@@ -268,16 +269,16 @@ def check_run(run_dir, options: Optional[CheckOptions] = None) -> Verdict:
     path = Path(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory")
-    if not any((path / name).exists() for name in (runs.CONFIG, runs.METRICS, runs.EVENTS)):
-        raise FileNotFoundError(f"{path} is not a run directory (no {runs.CONFIG}, {runs.METRICS} or {runs.EVENTS})")
+    if not any((path / name).exists() for name in (CONFIG, METRICS, EVENTS)):
+        raise FileNotFoundError(f"{path} is not a run directory (no {CONFIG}, {METRICS} or {EVENTS})")
     config: Dict[str, Any] = {}
-    if (path / runs.CONFIG).exists():
+    if (path / CONFIG).exists():
         try:
-            config = json.loads((path / runs.CONFIG).read_text())
+            config = json.loads((path / CONFIG).read_text())
         except ValueError as exc:
-            raise ValueError(f"{path / runs.CONFIG} is not valid JSON: {exc}") from exc
-    metrics = runs.read_metrics(path / runs.METRICS)
-    events = runs.read_jsonl(path / runs.EVENTS)
+            raise ValueError(f"{path / CONFIG} is not valid JSON: {exc}") from exc
+    metrics = read_metrics(path / METRICS)
+    events = read_jsonl(path / EVENTS)
     return Verdict(str(path), [
         _check_ended(metrics, events),
         _check_finite(metrics, events),

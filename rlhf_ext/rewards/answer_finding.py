@@ -1,0 +1,426 @@
+"""Where a response (or a gold) states its final answer: boxes, ``<answer>`` tags, answer phrases, GSM8K's ``####``.
+
+Pure string work, linear in the length of the text, with nothing evaluated: safe to run on hostile
+model output in any thread. What is found is the *raw* candidate the grader hands to math-verify
+(:func:`find_answer_candidate`); :mod:`.answer_normalization` turns it into a vote key.
+
+Where the final answer is looked for, first hit wins:
+
+1. the last ``<answer>...</answer>`` block (Open-R1's format), when it states an answer: the boxes
+   of the final answer inside it, else a "the answer is" phrase inside it, else the whole block. A box
+   written while thinking (``<think>try \\boxed{3}</think><answer>5</answer>``) does not
+   override the answer the format asks for;
+2. the boxes of the final answer (:func:`find_final_boxes`): the last complete, non-empty
+   ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``), braces matched so that
+   ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``, with the boxes just before it that only
+   separators divide from it (``\\boxed{2} and \\boxed{5}`` is the answer ``2, 5``, a set, as
+   math-verify's ``boxed="all"`` reads it); an empty ``\\boxed{}`` after it does not hide it, and a
+   bare ``\\boxed 5.`` loses the sentence's punctuation;
+3. whichever comes last of a "the answer is X" / "final answer: X" / "Answer: X" phrase and
+   GSM8K's ``#### X`` line; in a sentence of prose (``Final Answer: The largest $n$ is 34.``) X is
+   the sentence's last math, not the sentence;
+4. with ``require_anchor=False`` only (evaluation), when none of the above is found: the last math
+   expression of the text (:func:`find_last_expression`), as lighteval and math-verify fall back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+# An answer longer than this is not a final answer; capping keeps every later step cheap.
+MAX_ANSWER_CHARS = 2000
+
+# Only escaped braces, escaped backslashes and bare braces matter for brace matching: "\\{" is a
+# literal set brace, "\\\\" a LaTeX line break (so the brace after it is a real one).
+_BRACE_TOKEN = re.compile(r"\\[{}\\]|[{}]")
+_BOXED_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOXED_BARE = re.compile(r"\\boxed[ \t]+([^\s${}\\]+)")
+# Sentence punctuation that follows a bare "\boxed 5" is not part of the answer.
+_BARE_TRAILING = ".,;:!?"
+ANSWER_PHRASE = re.compile(r"(?i)\b(?:final\s+answer|answer)\s*(?:is\b\s*:?|:)[ \t]*")
+_EMPTY_BOX = re.compile(r"\$*\s*\\(?:boxed|fbox)\s*\{\s*\}\s*\$*")
+_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)")
+_NUMBER_THEN_WORDS = re.compile(r"^([+-]?(?:\d[\d,]*)?\.?\d+)(?:\s+[A-Za-z][A-Za-z.]*)+$")
+
+
+@dataclass(frozen=True)
+class AnswerCandidate:
+    """A final answer found in text: ``raw`` as written (for math-verify), ``source`` the rule that found it."""
+
+    raw: str
+    source: str  # "boxed", "answer_tag", "phrase", "gsm8k"
+
+
+def _matching_braces(text: str) -> Dict[int, int]:
+    """Map the index of every ``{`` that has a matching ``}`` to the index of that ``}``; one pass."""
+    stack: List[int] = []
+    pairs: Dict[int, int] = {}
+    for m in _BRACE_TOKEN.finditer(text):
+        tok = m.group()
+        if tok == "{":
+            stack.append(m.start())
+        elif tok == "}":
+            if stack:
+                pairs[stack.pop()] = m.start()
+    return pairs
+
+
+def _bare_boxed_content(token: str) -> str:
+    """``\\boxed 5.`` -> ``5``: the sentence's punctuation, and a closing bracket that opens nowhere
+    in the token (``(\\boxed 5)``), are not part of the answer."""
+    while token:
+        if token[-1] in _BARE_TRAILING:
+            token = token[:-1]
+        elif token[-1] in ")]" and token.count(token[-1]) > token.count("(" if token[-1] == ")" else "["):
+            token = token[:-1]
+        else:
+            break
+    return token
+
+
+def find_last_boxed(text: str) -> Optional[str]:
+    """Content of the last complete, non-empty ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed X``, or None.
+
+    An unclosed ``\\boxed{`` (a truncated answer) and an empty ``\\boxed{}`` are skipped in favour
+    of an earlier complete one.
+    """
+    if "\\boxed" not in text and "\\fbox" not in text:
+        return None
+    pairs = None
+    best_pos, best = -1, None
+    for m in _BOXED_OPEN.finditer(text):
+        if pairs is None:
+            pairs = _matching_braces(text)
+        close = pairs.get(m.end() - 1)
+        if close is not None and m.start() > best_pos:
+            content = text[m.end() : close]
+            if len(content) <= MAX_ANSWER_CHARS and content.strip():
+                best_pos, best = m.start(), content
+    for m in _BOXED_BARE.finditer(text):
+        if m.start() > best_pos:
+            content = _bare_boxed_content(m.group(1))
+            if content:
+                best_pos, best = m.start(), content
+    return best
+
+
+# What may stand between two boxes of one final answer: spacing, math delimiters, commas, "and" /
+# "or", and the variable each box names ("x = \\boxed{1} or x = \\boxed{-2}").
+_BOX_GAP = re.compile(
+    r"(?:\s|\$|[,;&]|\\\\|\\[()\[\]]|\\(?:q?quad|[,;:! ])|~|\b(?:and|or)\b"
+    r"|\\(?:text|mathrm|textrm)\s*\{\s*(?:,|and|or)?\s*\}"
+    r"|(?<![A-Za-z\\])[A-Za-z](?:_\{?\w{1,8}\}?)?\s*=)*"
+)
+_MAX_BOX_GAP = 80
+
+
+def _complete_boxes(text: str) -> List[tuple]:
+    """Every complete, non-empty box of ``text`` as (start, end, content), in order."""
+    if "\\boxed" not in text and "\\fbox" not in text:
+        return []
+    pairs = _matching_braces(text)
+    boxes = []
+    for m in _BOXED_OPEN.finditer(text):
+        close = pairs.get(m.end() - 1)
+        if close is not None:
+            content = text[m.end() : close]
+            if len(content) <= MAX_ANSWER_CHARS and content.strip():
+                boxes.append((m.start(), close + 1, content))
+    for m in _BOXED_BARE.finditer(text):
+        content = _bare_boxed_content(m.group(1))
+        if content:
+            boxes.append((m.start(), m.start(1) + len(content), content))
+    boxes.sort()
+    # a box inside another (\boxed{\boxed{5}}) is the answer of both: keep the innermost
+    out: List[tuple] = []
+    for box in boxes:
+        if out and box[0] < out[-1][1]:
+            out[-1] = box
+        else:
+            out.append(box)
+    return out
+
+
+def find_final_boxes(text: str) -> List[str]:
+    """Contents of every box of the final answer: the last complete, non-empty box and the boxes just
+    before it with nothing but separators between them.
+
+    ``The solutions are \\boxed{2} and \\boxed{5}.`` -> ``["2", "5"]``; ``x = \\boxed{1} or x =
+    \\boxed{-2}`` -> ``["1", "-2"]``. A box earlier in the reasoning, with words between it and the
+    final one, is not part of the final answer (math-verify's ``boxed="all"`` joins every box of
+    the response: a response that boxes a first try and then its answer would state a set).
+    """
+    boxes = _complete_boxes(text)
+    if not boxes:
+        return []
+    return [content for _, _, content in _final_group(text, boxes)]
+
+
+# One final answer has at most this many parts (boxes, or math items in the fallback).
+_MAX_PARTS = 32
+
+
+def _final_group(text: str, items: List[tuple]) -> List[tuple]:
+    """The last of ``items`` ((start, end, content), in order) and those just before it that only
+    separators divide from it, at most ``_MAX_PARTS`` and ``MAX_ANSWER_CHARS`` in all."""
+    group = [items[-1]]
+    size = len(items[-1][2])
+    for item in reversed(items[:-1]):
+        gap = text[item[1] : group[-1][0]]
+        size += len(item[2]) + 2
+        if len(group) >= _MAX_PARTS or size > MAX_ANSWER_CHARS or len(gap) > _MAX_BOX_GAP \
+                or not _BOX_GAP.fullmatch(gap):
+            break
+        group.append(item)
+    group.reverse()
+    return group
+
+
+def join_boxes(contents: List[str]) -> str:
+    """Several boxes as one answer: the set of their contents (``2, 5``), as math-verify reads it; a
+    content written twice (``\\boxed{7}\\boxed{7}``) is one element."""
+    return ", ".join(dict.fromkeys(c.strip() for c in contents))
+
+
+def last_answer_tag(text: str) -> Optional[str]:
+    # rfind, not a regex: ".*?" between many unclosed tags would be quadratic.
+    end = text.rfind("</answer>")
+    if end < 0:
+        return None
+    start = text.rfind("<answer>", 0, end)
+    if start < 0:
+        return None
+    return text[start + len("<answer>") : end]
+
+
+def strip_math_delimiters(s: str) -> str:
+    s = s.strip()
+    for _ in range(3):  # "$$ $x$ $$" style nesting is not worth more
+        if s.startswith("$$") and s.endswith("$$") and len(s) >= 4 and not s.endswith("\\$$"):
+            s = s[2:-2].strip()
+        elif s.startswith("$") and s.endswith("$") and len(s) >= 2 and not s.endswith("\\$"):
+            s = s[1:-1].strip()
+        elif (s.startswith("\\(") and s.endswith("\\)")) or (s.startswith("\\[") and s.endswith("\\]")):
+            s = s[2:-2].strip()
+        else:
+            break
+    return s
+
+
+def _phrase_answer(after: str) -> Optional[str]:
+    """The answer written right after "the answer is": a math span, or the rest of the sentence."""
+    s = after.lstrip(" \t*:")
+    for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if s.startswith(open_):
+            end = s.find(close, len(open_))
+            if end > len(open_):
+                return s[len(open_) : end].strip() or None
+            break
+    line = s.split("\n", 1)[0][:MAX_ANSWER_CHARS]
+    m = _SENTENCE_END.search(line)
+    if m:
+        line = line[: m.start()]
+    line = line.strip().strip("*").strip()
+    line = line.rstrip(".,;:!").strip()
+    if not line or _EMPTY_BOX.fullmatch(line):  # "The answer is \\boxed{}." states nothing
+        return None
+    # "42 apples" -> "42": a number followed only by words is a number with a unit.
+    m = _NUMBER_THEN_WORDS.match(line)
+    if m:
+        return m.group(1)
+    # "Final Answer: The largest $n$ is 34." states its answer inside a sentence: the answer is the
+    # sentence's last math (a span or a number), not the sentence -- when only a few words follow it
+    # ("... is 34", "... is $\\frac34$ square units"), not more math ("$0 + 0 = I am not sure").
+    if _PROSE_WORD.search(_strip_spans(line)):
+        last = _last_math_group(line)
+        if last is not None and _FEW_WORDS.fullmatch(line[last[1]:]):
+            return last[0]
+    return line
+
+
+_FEW_WORDS = re.compile(r"[\s.,;:!?*]*(?:[A-Za-z]+[\s.,;:!?*]*){0,3}")
+# A word of prose: two letters or more, not a LaTeX command or its braced argument.
+_PROSE_WORD = re.compile(r"(?<![A-Za-z\\{])[A-Za-z]{2,}(?![A-Za-z}])")
+
+
+def _strip_spans(line: str) -> str:
+    """``line`` without its math spans (their words are math, not prose)."""
+    spans = _math_spans(line)
+    if not spans:
+        return line
+    parts, pos = [], 0
+    for start, end, _ in spans:
+        parts.append(line[pos:start])
+        pos = end
+    parts.append(line[pos:])
+    return " ".join(parts)
+
+
+def _last_phrase(text: str):
+    last = None
+    for m in ANSWER_PHRASE.finditer(text):
+        last = m
+    if last is None:
+        return None
+    value = _phrase_answer(text[last.end() : last.end() + 4 * MAX_ANSWER_CHARS])
+    if value and _EMPTY_BOX.fullmatch(value):  # "The answer is $\\boxed{}$" states nothing
+        value = None
+    return (last.start(), value) if value else None
+
+
+def _last_gsm8k(text: str):
+    pos = text.rfind("####")
+    if pos < 0:
+        return None
+    value = text[pos + 4 :].split("\n", 1)[0].strip().strip("$").strip()
+    value = value.rstrip(".").strip()
+    return (pos, value) if value and len(value) <= MAX_ANSWER_CHARS else None
+
+
+def _phrase_or_gsm8k(text: str) -> Optional[AnswerCandidate]:
+    phrase = _last_phrase(text)
+    gsm = _last_gsm8k(text)
+    if phrase and (not gsm or phrase[0] > gsm[0]):
+        return AnswerCandidate(phrase[1], "phrase")
+    if gsm:
+        return AnswerCandidate(gsm[1], "gsm8k")
+    return None
+
+
+def _answer_in_tag(tag: str) -> Optional[AnswerCandidate]:
+    """The answer an ``<answer>`` block states: its last non-empty box, a phrase, or the whole block."""
+    boxes = find_final_boxes(tag)
+    if boxes:
+        return AnswerCandidate(join_boxes(boxes), "boxed")
+    inner = _phrase_or_gsm8k(tag)
+    if inner is not None:
+        return AnswerCandidate(inner.raw, "answer_tag")
+    tag = strip_math_delimiters(tag)
+    if tag and len(tag) <= MAX_ANSWER_CHARS and not _EMPTY_BOX.fullmatch(tag):
+        return AnswerCandidate(tag, "answer_tag")
+    return None
+
+
+# The last texts searched, and what was found: the grader and the answer-format reward search the same
+# response one after the other. Bounded in entries and in characters held; cleared when full.
+_RECENT_MAX_ENTRIES = 4096
+_RECENT_MAX_CHARS = 16_000_000
+_recent: Dict[tuple, Optional[AnswerCandidate]] = {}
+_recent_chars = [0]
+_MISS = object()
+
+
+def find_answer_candidate(text: str, require_anchor: bool = True) -> Optional[AnswerCandidate]:
+    """The final answer stated in ``text`` as written there, with the rule that found it; None if none.
+
+    Precedence: the last ``<answer>`` block that states an answer, then the boxes of the final
+    answer, then the last "the answer is" phrase or ``####`` line (see the module docstring). With
+    ``require_anchor=False`` (evaluation), a text with none of these anchors falls back to its last
+    math expression or number (:func:`find_last_expression`), as math-verify does.
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    key = (text, bool(require_anchor))
+    found = _recent.get(key, _MISS)
+    if found is not _MISS:
+        return found
+    found = _search_answer(text, require_anchor)
+    if len(_recent) >= _RECENT_MAX_ENTRIES or _recent_chars[0] + len(text) > _RECENT_MAX_CHARS:
+        _recent.clear()  # another thread may add meanwhile: the bound is approximate, never exceeded by much
+        _recent_chars[0] = 0
+    _recent[key] = found
+    _recent_chars[0] += len(text)
+    return found
+
+
+def clear_search_memo() -> None:
+    """Forget the texts searched lately (a benchmark's cold start)."""
+    _recent.clear()
+    _recent_chars[0] = 0
+
+
+def _search_answer(text: str, require_anchor: bool) -> Optional[AnswerCandidate]:
+    tag = last_answer_tag(text)
+    if tag is not None:
+        answer = _answer_in_tag(tag)
+        if answer is not None and answer.raw:
+            return answer
+    boxes = find_final_boxes(text)
+    if boxes:
+        return AnswerCandidate(join_boxes(boxes), "boxed")
+    found = _phrase_or_gsm8k(text)
+    if found is None and not require_anchor:
+        last = find_last_expression(text)
+        if last is not None:
+            found = AnswerCandidate(last, "fallback")
+    return found
+
+
+# --- the fallback without an anchor ------------------------------------------------------------
+
+# Math delimiters, and the escaped dollar that is not one.
+_MATH_DELIM = re.compile(r"\\\\|\\\$|\$\$|\$|\\\(|\\\)|\\\[|\\\]")
+_CLOSES = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
+# A number written as prose, not a digit inside LaTeX (``\\frac{1}{2}``, ``x^2``, ``a_1``).
+_LAST_NUMBER = re.compile(r"(?<![\w.\\{^_/])[+-]?\d+(?:[.,]\d+)*(?:\s*/\s*\d+(?:\.\d+)?)?(?![\w}^/])")
+_FALLBACK_TAIL = 4 * MAX_ANSWER_CHARS
+
+
+def _math_spans(text: str) -> List[tuple]:
+    """(start, end, content) of every closed math span (``$..$``, ``$$..$$``, ``\\(..\\)``,
+    ``\\[..\\]``); one pass over the delimiters."""
+    spans = []
+    open_tok, open_end, open_start = None, 0, 0
+    for m in _MATH_DELIM.finditer(text):
+        tok = m.group()
+        if tok == "\\$" or tok == "\\\\":  # an escaped dollar, a line break
+            continue
+        if open_tok is None:
+            if tok in _CLOSES:
+                open_tok, open_start, open_end = tok, m.start(), m.end()
+        elif tok == _CLOSES[open_tok]:
+            content = text[open_end : m.start()].strip()
+            if content:
+                spans.append((open_start, m.end(), content))
+            open_tok = None
+    return spans
+
+
+def _math_items(text: str) -> List[tuple]:
+    """(start, end, math) of every math span of ``text`` and every number (or fraction ``4/3``)
+    written outside them, in order. A span's closing punctuation (``$\\tan 46^\\circ.$``) is not math."""
+    spans = [(a, b, c.rstrip(".,;:").rstrip()) for a, b, c in _math_spans(text)]
+    spans = [sp for sp in spans if sp[2] and len(sp[2]) <= MAX_ANSWER_CHARS and not _EMPTY_BOX.fullmatch(sp[2])]
+    items, pos = [], 0
+    for span in spans + [(len(text), len(text), None)]:
+        items.extend((m.start(), m.end(), m.group()) for m in _LAST_NUMBER.finditer(text, pos, span[0]))
+        if span[2] is not None:
+            items.append(span)
+        pos = max(pos, span[1])
+    return items
+
+
+def _last_math_group(text: str) -> Optional[tuple]:
+    """(answer, end): the last math item of ``text`` with the items just before it that only separators
+    divide from it (``$2$ and $5$`` -> ``2, 5``), and where it ends; None without math."""
+    items = _math_items(text)
+    if not items:
+        return None
+    group = _final_group(text, items)
+    return join_boxes([g[2] for g in group]), group[-1][1]
+
+
+def find_last_expression(text: str) -> Optional[str]:
+    """The last math expression of ``text``: its last math span or number written outside one, with
+    the ones just before it that only separators divide from it (``$2$ and $5$`` -> ``2, 5``).
+
+    The fallback that lighteval and math-verify use when a response has no anchor
+    (``try_extract_without_anchor``): ``... the probability is $\\frac{2}{3}$.`` -> ``\\frac{2}{3}``,
+    ``... so she has 12 apples.`` -> ``12``. Only the text's tail is read (an answer is at the end).
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    found = _last_math_group(text[-_FALLBACK_TAIL:])
+    return found[0] if found else None
