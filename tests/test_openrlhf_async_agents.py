@@ -409,6 +409,36 @@ def test_agent_reward_hand_computed_never_raises():
             agent_reward(spec)
 
 
+def test_agent_reward_acall_grades_off_the_event_loop_with_the_same_result():
+    """``await reward.acall(states)`` (the form an ``async def step`` uses): the grading runs in a worker thread,
+    so the rollout actor's loop, which generates every other episode, is never the thread that grades."""
+    import asyncio
+    import threading
+
+    from rlhf_ext.rewards import agent_reward
+
+    reward = agent_reward("rlhf_ext:math")
+    states = {"action_text": "so \\boxed{12}<|im_end|>", "label": "12"}
+    graded_on = []
+    scorer_call = reward.scorer.score_responses
+
+    def spy(*args, **kwargs):
+        graded_on.append(threading.get_ident())
+        return scorer_call(*args, **kwargs)
+
+    reward.scorer.score_responses = spy
+
+    async def step():
+        return threading.get_ident(), await reward.acall(states), await reward.acall({"action_text": None})
+
+    loop_thread, out, broken = asyncio.run(step())
+    direct = reward(states)
+    assert float(out["rewards"]) == float(direct["rewards"]) == pytest.approx(1.2)
+    assert {k: float(v) for k, v in out["extra_logs"].items()} == {k: float(v) for k, v in direct["extra_logs"].items()}
+    assert float(broken["extra_logs"]["reward_flag/error"]) == 1.0  # never raises, in the thread either
+    assert len(graded_on) == 2 and graded_on[0] != loop_thread == graded_on[1]  # acall: a worker; direct: here
+
+
 # ------------------------------------------------------------------ bad input: an agent file that raises
 
 

@@ -31,7 +31,8 @@ class AgentInstance(AgentInstanceBase):
 
     async def step(self, states: dict, **kwargs):
         self.turn += 1
-        out = reward(states)  # grades this turn's answer (states["action_text"]) against states["label"]
+        # grades this turn's answer (states["action_text"]) against states["label"], off the event loop
+        out = await reward.acall(states)
         if self.turn == 1:
             self.first_correct = float(out["scores"])
         logs = {**out["extra_logs"], "agent/first_turn_correct": out["scores"].new_tensor(self.first_correct)}

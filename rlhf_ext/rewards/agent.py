@@ -12,10 +12,12 @@ OpenRLHF 0.11.2's ``MultiTurnAgentExecutor`` (``openrlhf/utils/agent.py``) calls
     reward = agent_reward("rlhf_ext:math")          # or "accuracy:1.0,format:0.2", a preset, ...
 
     async def step(self, states, **kwargs):
-        out = reward(states)                         # grades states["action_text"] against states["label"]
+        out = await reward.acall(states)             # grades states["action_text"] against states["label"]
         return {**out, "environment_feedback": "...", "done": True}
 
-``out`` is ``{"rewards": tensor, "scores": tensor, "extra_logs": {key: tensor}}`` (float32 scalars):
+``acall`` grades in a worker thread: ``step`` runs on the event loop that drives vLLM's generation
+for every episode of the rollout actor, and a synchronous ``reward(states)`` there would stall them
+all for as long as the grading takes (up to the grader's timeout). ``out`` is ``{"rewards": tensor, "scores": tensor, "extra_logs": {key: tensor}}`` (float32 scalars):
 the weighted reward, the correctness (0/1; the weighted reward when the spec grades nothing) and
 every component and flag under the names the reward file logs (``reward/accuracy``,
 ``reward_flag/truncated``, ...). A call never raises: a failure scores 0 with
@@ -32,15 +34,12 @@ then applies).
 
 from __future__ import annotations
 
-import logging
-import time
+import asyncio
 from typing import Any, Dict, Mapping, Optional
 
 from .config import RewardConfig
-from .openrlhf_protocol import ERROR_KEY, RecoveredResponse, RewardScorer, recover_response
+from .openrlhf_protocol import RecoveredResponse, RewardScorer, recover_response
 from .reward_file import short_form_spec
-
-logger = logging.getLogger(__name__)
 
 
 class AgentReward:
@@ -50,9 +49,8 @@ class AgentReward:
                  options: Optional[Mapping[str, Mapping]] = None):
         if not isinstance(spec, str):
             raise ValueError(f"agent_reward: the reward spec must be a string like 'rlhf_ext:math', got {spec!r}")
-        name = short_form_spec(spec) if spec.startswith("rlhf_ext") else spec.strip()
-        if spec == "rlhf_ext":
-            name = "math"
+        # the bare "rlhf_ext" is the default reward, as in --reward.remote_url (RewardConfig's default)
+        name = "math" if spec == "rlhf_ext" else (short_form_spec(spec) if spec.startswith("rlhf_ext") else spec.strip())
         if not name:
             raise ValueError(f"agent_reward({spec!r}): name a reward after 'rlhf_ext:', e.g. 'rlhf_ext:math'")
         try:
@@ -61,8 +59,6 @@ class AgentReward:
         except ValueError as exc:
             raise ValueError(f"agent_reward({spec!r}): {exc}") from None
         self.spec = name
-        self.log_keys = list(self.scorer.log_keys)
-        self._last_error_log = 0.0
 
     def __repr__(self) -> str:
         return f"agent_reward({self.spec!r})"
@@ -76,15 +72,9 @@ class AgentReward:
             out = self.scorer.score_responses([RecoveredResponse(clean, bool(truncated), True)], [label])
             return {"rewards": float(out["rewards"][0]), "scores": float(out["scores"][0]),
                     "extra_logs": {k: float(v[0]) for k, v in out["extra_logs"].items()}}
-        except Exception as exc:  # inside a rollout: score and report, never raise
-            now = time.monotonic()
-            if now - self._last_error_log > 10:
-                self._last_error_log = now
-                logger.error("rlhf_ext agent_reward(%r): scoring a turn failed, scored 0: %s: %s", self.spec,
-                             type(exc).__name__, exc)
-            logs = {key: 0.0 for key in self.log_keys}
-            logs[ERROR_KEY] = 1.0
-            return {"rewards": 0.0, "scores": 0.0, "extra_logs": logs}
+        except Exception as exc:  # inside a rollout: score and report, never raise (the scorer's own failure path)
+            out = self.scorer.failed(1, exc)
+            return {"rewards": 0.0, "scores": 0.0, "extra_logs": {k: v[0] for k, v in out["extra_logs"].items()}}
 
     def __call__(self, states: Optional[Mapping[str, Any]] = None, label: Any = None, *, text: Optional[str] = None,
                  truncated: bool = False) -> Dict[str, Any]:
@@ -104,6 +94,12 @@ class AgentReward:
         return {"rewards": torch.tensor(out["rewards"], dtype=torch.float32),
                 "scores": torch.tensor(out["scores"], dtype=torch.float32),
                 "extra_logs": {k: torch.tensor(v, dtype=torch.float32) for k, v in out["extra_logs"].items()}}
+
+    async def acall(self, states: Optional[Mapping[str, Any]] = None, label: Any = None, *,
+                    text: Optional[str] = None, truncated: bool = False) -> Dict[str, Any]:
+        """:meth:`__call__` in a worker thread, for ``async def step``: the rollout actor's event loop
+        keeps generating the other episodes while this turn is graded. Never raises."""
+        return await asyncio.to_thread(self.__call__, states, label, text=text, truncated=truncated)
 
     def close(self) -> None:
         self.scorer.close()

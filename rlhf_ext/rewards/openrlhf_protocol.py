@@ -187,7 +187,7 @@ class RewardScorer:
             recovered, batch = self._prepare(queries, prompts, labels)
             return self._result(recovered, self.reward(**batch))
         except Exception as exc:  # inside a training job: score and report, never raise
-            return self._failed(n, exc)
+            return self.failed(n, exc)
 
     def score_responses(self, recovered: Sequence[RecoveredResponse], labels: Sequence) -> Dict:
         """:meth:`score` for responses already taken out of their queries (an agent's turn). Never raises."""
@@ -197,7 +197,7 @@ class RewardScorer:
             check_batch([r.text for r in recovered], None, labels)
             return self._result(recovered, self.reward(**self._batch(recovered, list(labels))))
         except Exception as exc:
-            return self._failed(n, exc)
+            return self.failed(n, exc)
 
     def score_calls(self, calls: Sequence[Tuple[Sequence[str], Sequence[str], Sequence]]) -> List[Dict]:
         """Many :meth:`score` calls at once, ``calls`` = ``[(queries, prompts, labels), ...]``: one
@@ -221,7 +221,7 @@ class RewardScorer:
                 outs.append(self.score(*call))
                 continue
             result = next(results)
-            outs.append(self._failed(len(recovered), result) if isinstance(result, Exception)
+            outs.append(self.failed(len(recovered), result) if isinstance(result, Exception)
                         else self._result(recovered, result))
         return outs
 
@@ -246,7 +246,7 @@ class RewardScorer:
         scores = breakdown.correct if breakdown.correct is not None else breakdown.rewards
         return {"rewards": breakdown.rewards, "scores": scores, "extra_logs": logs}
 
-    def _failed(self, n: int, exc: BaseException) -> Dict:
+    def failed(self, n: int, exc: BaseException) -> Dict:
         """A batch of ``n`` that could not be scored: 0 everywhere, ``reward_flag/error`` set, logged."""
         now = time.monotonic()
         if now - self._last_error_log > 10:
