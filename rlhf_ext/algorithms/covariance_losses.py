@@ -14,7 +14,6 @@ import torch
 
 from .float_flags import flag
 from .linearised import with_derivative
-from .loss_options import accepts_old_clip_names
 from .metric_requests import metric_wanted
 from .ppo_losses import zero_padded_mean
 from .ratio_common import Metrics, check_bounds, clamped_log_ratio, prepare_inputs, times_flag, token_mean
@@ -37,7 +36,6 @@ def _select_random(candidates: torch.Tensor, count: int, generator: Optional[tor
 
 
 @register_policy_loss("clip_cov")
-@accepts_old_clip_names
 def clip_cov(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,

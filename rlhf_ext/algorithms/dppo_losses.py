@@ -14,7 +14,6 @@ import torch
 
 from .float_flags import flag
 from .linearised import with_derivative
-from .loss_options import accepts_old_clip_names
 from .metric_requests import metric_wanted
 from .ppo_losses import zero_padded_mean
 from .ratio_common import Metrics, check_positive, prepare_inputs, token_frac
@@ -92,7 +91,7 @@ def _dppo_loss(name: str, doc: str):
 
     loss.__name__ = loss.__qualname__ = name
     loss.__doc__ = doc
-    return register_policy_loss(name)(accepts_old_clip_names(loss))
+    return register_policy_loss(name)(loss)
 
 
 dppo_tv = _dppo_loss("dppo_tv", """DPPO-Binary-TV (arXiv 2602.04879): the trust region is on the

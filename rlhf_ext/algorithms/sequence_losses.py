@@ -14,7 +14,7 @@ import torch
 
 from .float_flags import flag
 from .linearised import with_derivative
-from .loss_options import accepts_old_clip_names, check_clip_range
+from .loss_options import check_clip_range
 from .metric_requests import metric_wanted
 from .ppo_losses import zero_padded_mean
 from .ratio_common import Metrics, check_bounds, check_positive, prepare_inputs, token_frac, token_mean
@@ -23,7 +23,6 @@ from .registry import register_policy_loss
 
 @register_policy_loss("gmpo")
 @register_policy_loss("geo_mean")
-@accepts_old_clip_names
 def gmpo(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -89,7 +88,6 @@ def gmpo(
 
 
 @register_policy_loss("luspo")
-@accepts_old_clip_names
 def luspo(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,

@@ -13,7 +13,6 @@ import torch
 
 from .float_flags import flag
 from .linearised import with_derivative
-from .loss_options import accepts_old_clip_names
 from .metric_requests import metric_wanted
 from .ppo_losses import zero_padded_mean
 from .ratio_common import (Metrics, check_bounds, check_positive, clamped_log_ratio, prepare_inputs, times_flag,
@@ -22,7 +21,6 @@ from .registry import register_policy_loss
 
 
 @register_policy_loss("cispo")
-@accepts_old_clip_names
 def cispo(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
