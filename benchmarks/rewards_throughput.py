@@ -453,7 +453,7 @@ def _all_workers_ready(grader, limit_s: float = 120.0) -> None:
     window and is counted as the reward path's CPU."""
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
-        workers = list(grader._workers)
+        workers = list(grader._pool._workers)
         if len(workers) >= grader.workers + grader.spare_workers and all(w.ready for w in workers):
             return
         time.sleep(0.05)
@@ -516,7 +516,7 @@ def reward_path_section(args, corpus) -> dict:
             cpu["baseline"].append(time.process_time() - c)
             for side in ("openrlhf", "plugin"):
                 grader = _fresh_path_pool(path, warm)
-                pids = [w.proc.pid for w in grader._workers]
+                pids = [w.proc.pid for w in grader._pool._workers]
                 _settle_gc()
                 c, w0 = time.process_time(), sum(_cpu_seconds(p) for p in pids)
                 wall, outs = path.run(items, plugin=side == "plugin")
@@ -531,7 +531,7 @@ def reward_path_section(args, corpus) -> dict:
                 g.grade_batch([t for _, t, _, _ in warm], [gg for _, _, gg, _ in warm])
                 _all_workers_ready(g)
                 _cold_fast_path()
-                pids = [w.proc.pid for w in g._workers]
+                pids = [w.proc.pid for w in g._pool._workers]
                 _settle_gc()
                 s, c, w0 = time.perf_counter(), time.process_time(), sum(_cpu_seconds(p) for p in pids)
                 g.grade_batch([t for _, t, _, _ in items], [gg for _, _, gg, _ in items])

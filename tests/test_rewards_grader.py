@@ -207,7 +207,7 @@ def test_a_worker_killed_from_outside_is_replaced():
         assert g.grade("\\boxed{1}", "1").correct
         fut = g.submit(HOSTILE, "1")
         time.sleep(0.5)  # let it start on the worker
-        (worker,) = [w for w in g._workers if w.inflight]
+        (worker,) = [w for w in g._pool._workers if w.inflight]
         os.kill(worker.proc.pid, signal.SIGKILL)
         r = fut.result(timeout=60)
         assert not r.correct and not r.timeout and "exited unexpectedly" in r.error
@@ -216,7 +216,7 @@ def test_a_worker_killed_from_outside_is_replaced():
 
 def test_close_stops_every_worker_and_answers_what_is_pending():
     g = MathGrader(timeout=60.0, workers=2, spare_workers=1).start()
-    pids = [w.proc.pid for w in g._workers]
+    pids = [w.proc.pid for w in g._pool._workers]
     assert len(pids) == 3 and all(_alive(p) for p in pids)
     stuck = g.submit(HOSTILE, "1")
     time.sleep(0.3)
@@ -234,7 +234,7 @@ import os, sys, time
 from rlhf_ext.rewards import MathGrader
 g = MathGrader(timeout=30, workers=2).start()  # a plain number alone would not start the pool
 assert g.grade("\\\\boxed{3}", "3").correct
-print(" ".join(str(w.proc.pid) for w in g._workers), flush=True)
+print(" ".join(str(w.proc.pid) for w in g._pool._workers), flush=True)
 if sys.argv[1] == "hang":
     g.submit("\\\\boxed{9^{9^{9^{9}}}}", "1")
     time.sleep(600)
@@ -274,7 +274,7 @@ def test_pickled_grader_is_a_fresh_pool_with_the_same_settings():
     g = MathGrader(timeout=2.5, workers=1, spare_workers=0, memory_limit_mb=2048)
     copy = pickle.loads(pickle.dumps(g))
     assert (copy.timeout, copy.workers, copy.spare_workers, copy.memory_limit_mb) == (2.5, 1, 0, 2048)
-    assert copy is not g and copy._thread is None
+    assert copy is not g and copy._pool._thread is None
     assert copy.grade("\\boxed{4}", "4").correct
     copy.close()
     g.close()

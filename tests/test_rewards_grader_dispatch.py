@@ -10,13 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rlhf_ext.rewards import MathGrader
 from rlhf_ext.rewards import grading_pool as grader_module
+from rlhf_ext.rewards import grading_records, grading_scheduler
 
 
 def _count_messages(g):
     """Wrap each worker's request connection so that every message sent to it is counted."""
     counts = {}
     lock = threading.Lock()
-    for w in g._workers:
+    for w in g._pool._workers:
         original = w.requests.send_bytes
 
         def counted(data, _original=original, _pid=w.proc.pid):
@@ -37,8 +38,8 @@ def test_a_burst_reaches_a_busy_worker_in_a_few_messages():
     assert [r.correct for r in results] == [i % 4 != 0 for i in range(n)]
     assert all(r.error is None and not r.timeout for r in results)
     # one message per sample before; now the worker is refilled in batches
-    refill = grader_module._PIPELINE_DEPTH - grader_module._REFILL_AT - 1
-    assert sum(counts.values()) <= 1 + -(-(n - grader_module._PIPELINE_DEPTH) // refill) + 2, counts
+    refill = grading_scheduler._PIPELINE_DEPTH - grading_scheduler._REFILL_AT - 1
+    assert sum(counts.values()) <= 1 + -(-(n - grading_scheduler._PIPELINE_DEPTH) // refill) + 2, counts
 
 
 def test_a_worker_takes_the_samples_of_golds_it_has_before_the_queue_head():
@@ -47,27 +48,27 @@ def test_a_worker_takes_the_samples_of_golds_it_has_before_the_queue_head():
     with MathGrader(timeout=60.0, workers=2, spare_workers=0) as g:
         g.start()
         grader_module.time.sleep(0.3)  # the dispatcher has handled the workers' "ready" and sleeps
-        a, b = g._workers
+        a, b = g._pool._workers
         now = grader_module.time.monotonic()
         queued = []
         for i, gold in enumerate(["1", "2", "3", "2"]):
-            task = grader_module._Task(10_000 + i, "\\boxed{%s}" % gold, gold, grader_module.Future())
+            task = grading_records._Task(10_000 + i, "\\boxed{%s}" % gold, gold, grader_module.Future())
             task.queued = True
             queued.append(task)
-        g._gold_owner["1"] = a
-        g._gold_owner["2"] = b
+        g._pool._gold_owner["1"] = a
+        g._pool._gold_owner["2"] = b
         # the dispatcher thread is idle (nothing pending), so the queue is ours to arrange
-        with g._lock:
-            g._queue.extend(queued)
+        with g._pool._lock:
+            g._pool._queue.extend(queued)
         try:
-            assert g._take_task(b, True, 0, now) is queued[1]  # b has gold 2
-            assert g._take_task(b, True, 0, now) is queued[3]  # and again
-            assert g._take_task(b, True, 0, now) is queued[2]  # nobody has gold 3
-            assert g._take_task(b, True, 0, now) is queued[0]  # only a's gold is left: b helps
-            assert g._take_task(a, True, 0, now) is None
+            assert g._pool._take_task(b, True, 0, now) is queued[1]  # b has gold 2
+            assert g._pool._take_task(b, True, 0, now) is queued[3]  # and again
+            assert g._pool._take_task(b, True, 0, now) is queued[2]  # nobody has gold 3
+            assert g._pool._take_task(b, True, 0, now) is queued[0]  # only a's gold is left: b helps
+            assert g._pool._take_task(a, True, 0, now) is None
         finally:
-            with g._lock:
-                g._queue.clear()
+            with g._pool._lock:
+                g._pool._queue.clear()
 
 
 def test_samples_sharing_a_gold_are_mostly_parsed_once():
@@ -80,7 +81,7 @@ def test_samples_sharing_a_gold_are_mostly_parsed_once():
     with MathGrader(timeout=60.0, workers=2, spare_workers=0, fast_path=False) as g:  # the workers' gold affinity
         g.start()
         results = g.grade_batch(responses, answers)
-        parsed = [set(w.golds_parsed) for w in g._workers]
+        parsed = [set(w.golds_parsed) for w in g._pool._workers]
     assert [r.correct for r in results] == [i % 2 == 0 for i in range(32)]
     # sent round-robin, every gold would be parsed by both workers (8 parses); a worker that runs
     # dry may still help with another's gold at the end of the burst
@@ -110,7 +111,7 @@ def test_large_samples_behind_a_busy_worker_do_not_stall_the_dispatcher():
         big = [g.submit(padding + " so \\boxed{%d}" % i, str(i)) for i in range(6)]
         assert g.wait(slow).correct
         assert all(g.wait(f).correct for f in big)
-        assert all(w.pipe_budget >= 1024 for w in g._workers)
+        assert all(w.pipe_budget >= 1024 for w in g._pool._workers)
 
 
 def test_worker_count_follows_a_container_cpu_quota(tmp_path):

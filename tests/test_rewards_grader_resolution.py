@@ -57,16 +57,16 @@ def test_housekeeping_finds_a_sample_without_a_live_copy(pool):
     blocker2 = pool.submit("<<slow:0.8>> \\boxed{2}", 2)
     time.sleep(0.35)  # both workers now run a slow sample: nothing is pipelined behind a slow one
     lost = pool.submit("\\boxed{7}", 7)
-    with pool._lock:
-        task = next((t for t in pool._queue if t.future is lost), None)
+    with pool._pool._lock:
+        task = next((t for t in pool._pool._queue if t.future is lost), None)
         assert task is not None and not task.holders
-        pool._queue.remove(task)
+        pool._pool._queue.remove(task)
         task.queued = False
     result = pool.wait(lost)
     assert result.correct and result.error is None
     assert blocker.result(timeout=BOUND).correct and blocker2.result(timeout=BOUND).correct
     assert pool.stats()["lost_requeued"] == 1
-    pool._stats["lost_requeued"] = 0  # the next test checks the bookkeeping itself again
+    pool._pool._stats["lost_requeued"] = 0  # the next test checks the bookkeeping itself again
 
 
 def test_rescued_copy_behind_the_second_overrun_is_not_lost(pool):

@@ -18,7 +18,9 @@ from typing import Dict, List, Optional, Sequence
 
 from .exact_numbers import exact_verdict
 from .extraction import prepare_gold
-from .grading_pool import GradeResult, GradingPool, cgroup_cpu_limit, default_workers
+from .grading_pool import GradingPool
+from .grading_records import GradeResult
+from .grading_sizing import cgroup_cpu_limit, default_workers
 
 logger = logging.getLogger(__name__)
 
@@ -93,14 +95,6 @@ class MathGrader:
 
     def __setstate__(self, state):
         self.__init__(**state)
-
-    def __getattr__(self, name):
-        # Only for names the grader lacks: the pool's internals (``_workers``, ``_queue``, ``_lock``,
-        # ``_stats``, ...) read through the grader, as the grader's tests and a debugging session do.
-        pool = self.__dict__.get("_pool")
-        if pool is None or not name.startswith("_") or name.startswith("__"):
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(pool, name)
 
     def __enter__(self) -> "MathGrader":
         return self

@@ -53,14 +53,6 @@ from .grading_records import GradeResult, _Task
 from .grading_scheduler import _Scheduler
 from .grading_worker_handle import _Worker
 
-# Re-exported: the names this module held before its parts moved out stay importable from here
-# (the grader imports the sizing and GradeResult from here; tests reach the limits and _Task).
-from .grading_dispatcher import _BAD_GOLD_MEMORY, _HOUSEKEEPING_S, _MAX_START_FAILURES  # noqa: F401
-from .grading_scheduler import _AFFINITY_WINDOW, _GOLD_OWNER_MEMORY, _PIPELINE_DEPTH, _REFILL_AT  # noqa: F401
-from .grading_sizing import cgroup_cpu_limit, default_workers  # noqa: F401
-from .grading_worker_handle import _BOOTSTRAP, _PACKAGE_ROOT, _PIPELINE_MAX_BYTES, _START_TIMEOUT_S  # noqa: F401
-from .grading_worker_handle import _kill, _pipe_budget  # noqa: F401
-
 
 # How long a caller waits on the dispatcher between checks that it is still alive.
 _CALLER_POLL_S = 1.0
