@@ -162,10 +162,18 @@ def test_submit_ppo_builds_the_plugin_job(tmp_path):
 
 
 def test_submit_evalkit_passes_dp():
-    proc = run("npu/submit_evalkit.sh", "--dp", "4", "--dry-run", "--", "--model", "/m")
+    proc = run("npu/submit_evalkit.sh", "--dp", "4", "--dry-run", "--", "math500", "--model", "/m")
     _, command = dry_run_lines(proc)
-    assert command[command.index("--") + 1 :] == ["python3", "-m", "rlhf_ext.evalkit", "--dp", "4", "--model", "/m"]
+    entry = command[command.index("--") + 1 :]
+    # evalkit takes its first word as the task, so --dp follows it (before it, evalkit refused every job)
+    assert entry == ["python3", "-m", "rlhf_ext.evalkit", "math500", "--dp", "4", "--model", "/m"]
     assert _runtime_env(command)["env_vars"] == {"RLHF_EXT_DEVICE": "npu"}
+    from rlhf_ext.evalkit.cli import build_parser
+
+    args = build_parser("math500").parse_args(entry[3:])
+    assert args.dp == 4 and args.model == "/m"
+    no_task = run("npu/submit_evalkit.sh", "--dp", "4", "--dry-run", "--", "--model", "/m")
+    assert no_task.returncode == 2 and "name the evalkit task after --" in no_task.stderr
 
 
 @pytest.mark.parametrize(

@@ -28,9 +28,12 @@ Options:
   -h, --help          show this help
 
 Example:
-  scripts/$DEVICE_DIR/submit_evalkit.sh --dp 8 -- --model /models/my-checkpoint --benchmarks math500,aime24
+  scripts/$DEVICE_DIR/submit_evalkit.sh --dp 8 -- math500 --model /models/my-checkpoint --n-samples 4
 EOF_HELP
 }
 
 parse_submit_args 1 "$@"
-submit_job "$DEVICE" python3 -m "$EVAL_MODULE" --dp "$DP" "${JOB_ARGS[@]}"
+# evalkit reads its first word as the task (math500, aime, run, ...): --dp goes after it
+(( ${#JOB_ARGS[@]} > 0 )) && [[ "${JOB_ARGS[0]}" != -* ]] \
+  || usage_error "name the evalkit task after --, e.g. -- math500 --model /models/my-checkpoint"
+submit_job "$DEVICE" python3 -m "$EVAL_MODULE" "${JOB_ARGS[0]}" --dp "$DP" "${JOB_ARGS[@]:1}"
