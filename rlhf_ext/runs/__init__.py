@@ -13,7 +13,7 @@ floor (:mod:`rlhf_ext.ground`).
 * :mod:`~rlhf_ext.runs.throughput` / :mod:`~rlhf_ext.runs.flops` -- per-step throughput, model FLOPs, MFU.
 * :mod:`~rlhf_ext.runs.summary` -- the text of ``rlhf-ext runs show``.
 * :mod:`~rlhf_ext.runs.check` -- ``rlhf-ext runs check``: did the run learn, is it healthy.
-* :mod:`~rlhf_ext.runs.tensorboard` -- ``rlhf-ext runs import-tb``.
+* :mod:`~rlhf_ext.runs.tensorboard` -- ``rlhf-ext runs export``.
 * :mod:`~rlhf_ext.runs.cli` -- the ``rlhf-ext runs`` command.
 
 ``from rlhf_ext import runs`` gives the names below (``runs.read_metrics``, ``runs.METRICS``, ...).

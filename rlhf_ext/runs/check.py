@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .files import CONFIG, EVENTS, METRICS, POLICY_LAG, read_jsonl, read_metrics
-from .status import run_status
+from .status import RUNNING, run_status
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 NOT_JUDGED = "N/A"  # a trend the run is too short (or too quiet) to judge: does not fail the verdict
@@ -119,7 +119,7 @@ def _check_ended(metrics, events) -> Check:
     steps = f"{n} step{'s' if n != 1 else ''} recorded" + (f" (last {metrics[-1]['step']})" if metrics else "")
     if not events:
         return Check("ended", FAIL, f"no events.jsonl entries: the run never started its record; {steps}")
-    if status == "running":
+    if status == RUNNING:
         return Check("ended", FAIL, f"no end event after the last start/resume: still running or killed hard "
                                     f"(OOM killer, SIGKILL); {steps}")
     if status != "finished":
@@ -226,7 +226,7 @@ def _check_reward(metrics, opts: CheckOptions) -> Check:
 
 def _check_mismatch(metrics, events, config, opts: CheckOptions) -> Check:
     threshold = opts.mismatch_threshold
-    source = "--threshold"
+    source = "--mismatch-threshold"
     if threshold is None:
         plugin = config.get("plugin") or {}
         threshold = plugin.get("mismatch_threshold")

@@ -1,4 +1,4 @@
-"""Importing an OpenRLHF TensorBoard log as a run directory (``rlhf-ext runs import-tb``)."""
+"""Importing an OpenRLHF TensorBoard log as a run directory (``rlhf-ext runs export``)."""
 
 from __future__ import annotations
 

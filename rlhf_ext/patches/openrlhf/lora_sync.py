@@ -314,10 +314,6 @@ QLORA_MESSAGE = (
 _TIED_TARGETS = ("embed_tokens", "lm_head", "wte", "embed_in", "embed_out", "output")
 
 
-def _ns(namespace, dest, default=None):
-    return getattr(namespace, dest, default)
-
-
 def _ties_word_embeddings(model_path) -> Optional[bool]:
     """``tie_word_embeddings`` of a local model's ``config.json`` (its text config for VLMs); None if unknown."""
     path = os.path.join(str(model_path), "config.json")
@@ -335,19 +331,19 @@ def _ties_word_embeddings(model_path) -> Optional[bool]:
 
 def finalize(namespace) -> None:
     """Driver, after parsing: refuse a LoRA setup the merged sync cannot serve exactly (``ValueError``)."""
-    rank = int(_ns(namespace, "ds.lora.rank", 0) or 0)
-    engines = int(_ns(namespace, "vllm.num_engines", 0) or 0)
+    rank = int(getattr(namespace, "ds.lora.rank", 0) or 0)
+    engines = int(getattr(namespace, "vllm.num_engines", 0) or 0)
     if rank <= 0 or engines <= 0:
         return
-    if _ns(namespace, "ds.load_in_4bit", False):
+    if getattr(namespace, "ds.load_in_4bit", False):
         raise ValueError(QLORA_MESSAGE)
-    tp = int(_ns(namespace, "ds.tensor_parallel_size", 1) or 1)
+    tp = int(getattr(namespace, "ds.tensor_parallel_size", 1) or 1)
     if tp > 1:
         raise ValueError(TP_MESSAGE.format(tp=tp))
-    targets = _ns(namespace, "ds.lora.target_modules", "all-linear")
+    targets = getattr(namespace, "ds.lora.target_modules", "all-linear")
     targets = [targets] if isinstance(targets, str) else list(targets or [])
     tied_targets = [t for t in targets if t.split(".")[-1] in _TIED_TARGETS]
-    model = _ns(namespace, "actor.model_name_or_path")
+    model = getattr(namespace, "actor.model_name_or_path")
     if tied_targets and model and _ties_word_embeddings(model):
         raise ValueError(
             f"--ds.lora.target_modules {' '.join(tied_targets)} on {model}, whose input and output embeddings are tied "

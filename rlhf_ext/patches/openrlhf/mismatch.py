@@ -47,6 +47,7 @@ from contextvars import ContextVar
 from typing import Dict, Iterable, Optional
 
 from .config import setting
+from .policy_lag import async_enabled
 
 ENV_FLAG = "RLHF_EXT_MISMATCH_METRICS"
 METRIC_PREFIX = "rollout_mismatch/"
@@ -280,7 +281,7 @@ def make_make_experience_batch(original, module=None):
                 )
             return experiences
         attach(experiences, metrics)
-        check_threshold(state, metrics, threshold(args), bool(setting(args, "train.async_enable", False)))
+        check_threshold(state, metrics, threshold(args), async_enabled(args))
         return experiences
 
     return make_experience_batch

@@ -309,7 +309,8 @@ def _run_probes(ray_module, nodes: Sequence[NodeResult], expected: Expectations,
     return out
 
 
-def check_cluster(ray_module, expected: Expectations, *, timeout: Optional[float] = None) -> List[NodeResult]:
+def check_cluster(ray_module, expected: Expectations, *, timeout: Optional[float] = None,
+                  nodes: Optional[List[NodeResult]] = None) -> List[NodeResult]:
     """Probe every alive node; raise :class:`NodeCheckError` with the one-line verdict if one fails.
 
     Round one runs without the plugin's setup hook, so a node without rlhf_ext answers (what is
@@ -317,7 +318,7 @@ def check_cluster(ray_module, expected: Expectations, *, timeout: Optional[float
     runs in the job's own runtime env, the way OpenRLHF's actors start, and reports the active plugins.
     """
     timeout = timeout_s() if timeout is None else timeout
-    nodes = _alive_nodes(ray_module)
+    nodes = _alive_nodes(ray_module) if nodes is None else nodes
     by_id = {node.node_id: node for node in nodes}
     for node_id, (report, failure) in _run_probes(ray_module, nodes, expected, timeout,
                                                   without_setup_hook=True).items():
@@ -353,9 +354,10 @@ def after_ray_init(kwargs: dict, ray_module=None) -> None:
     try:
         if not enabled():
             return
-        if not joined_existing_cluster(ray_module) and len(_alive_nodes(ray_module)) < 2:
+        nodes = _alive_nodes(ray_module)
+        if not joined_existing_cluster(ray_module) and len(nodes) < 2:
             return  # a local cluster ray.init started: its workers inherit this process's environment
-        nodes = check_cluster(ray_module, expectations(namespace, run_dir))
+        nodes = check_cluster(ray_module, expectations(namespace, run_dir), nodes=nodes)
     except NodeCheckError as exc:
         from .run_record import fail_driver
 
