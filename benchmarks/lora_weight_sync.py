@@ -100,7 +100,7 @@ def phase_merged(args) -> dict:
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     model = _peft_model(args.model, args.rank, args.alpha)
-    entries = sync_entries(model)
+    entries = sync_entries(model, only_changing=True)  # what the sync sends (lora_sync.broadcast_lora_to_vllm)
     merge_s, sent_bytes, peak_extra = [], 0, 0
     for _ in range(args.syncs):
         start = time.perf_counter()

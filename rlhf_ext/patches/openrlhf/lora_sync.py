@@ -6,8 +6,8 @@ wrapper, so vLLM is handed ``base_model.model.model.layers.0.self_attn.q_proj.ba
 and ``...lora_A.default.weight`` and stops the run at the first sync ("There is no module or
 parameter named 'base_model' in Qwen2ForCausalLM").
 
-Here, when the actor holds LoRA layers, the sync sends, for every parameter of the base model
-under its own name (``model.layers.0.self_attn.q_proj.weight``):
+Here, when the actor holds LoRA layers, the sync sends, under the base model's own names
+(``model.layers.0.self_attn.q_proj.weight``), what training can move:
 
 * for a LoRA layer's base weight (linear or embedding), ``W + sum_a scaling_a * B_a @ A_a`` over its active, unmerged
   adapters, computed as PEFT's safe merge does (``peft/tuners/lora/layer.py``, ``Linear.merge``
@@ -15,7 +15,10 @@ under its own name (``model.layers.0.self_attn.q_proj.weight``):
   ``scaling`` — ``alpha / r``, or ``alpha / sqrt(r)`` with rslora — and no dropout, cast back to
   ``W``'s dtype); the module's parameters are never written to;
 * ``lora_bias`` adapters add ``scaling * lora_B.bias`` to the base bias, as the same merge does;
-* every other parameter as it is (tied parameters once, as ``named_parameters()`` does).
+* every other trainable parameter as it is (tied parameters once, as ``named_parameters()`` does).
+
+The frozen rest is not sent again: vLLM loaded it from the same checkpoint as the trainer, and
+OpenRLHF's sleep (level 1) keeps it; this is OpenRLHF's own rule for a VLM's frozen vision tower.
 
 Under ZeRO-3 a LoRA layer's base weight and adapter matrices are gathered together (DeepSpeed's
 ``GatheredParameters``, as upstream's ``_gather_params_ctx`` does per parameter). The tensors go
@@ -25,7 +28,7 @@ retarget's gloo/HCCL group, :mod:`rlhf_ext.patches.retarget.weight_sync`), Ray c
 Checkpoints are untouched: OpenRLHF still saves the adapter.
 
 Why merged weights and not vLLM's LoRA support (``enable_lora`` + a ``LoRARequest`` per request):
-both are exact, but a merged sync costs what a full fine-tuning sync costs and leaves generation
+both are exact, but a merged sync costs at most what a full fine-tuning sync costs and leaves generation
 as fast as without LoRA, while vLLM's LoRA path adds the adapter's matmuls to every generated
 token for the whole run, reserves LoRA slots in the engine, limits the modules and models that
 can carry adapters, and would need every rollout request rewritten to name the adapter. Measured
@@ -265,8 +268,8 @@ def broadcast_lora_to_vllm(trainer) -> None:
     torch.cuda.empty_cache()
     model = trainer.actor.model
     model = getattr(model, "module", model)
-    # OpenRLHF sends a VLM's trainable parameters only (the vision tower stays frozen)
-    entries = sync_entries(model, only_changing=bool(getattr(trainer.actor, "is_vlm", False)))
+    # what training can move, as OpenRLHF sends a VLM's trainable parameters only: frozen weights are vLLM's already
+    entries = sync_entries(model, only_changing=True)
     zero3 = args.ds.zero_stage == 3
     ipc = bool(getattr(trainer, "use_cuda_ipc", False))
     for count, entry in enumerate(entries, 1):
