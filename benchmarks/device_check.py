@@ -241,6 +241,9 @@ def algorithm_cases():
                 kwargs["lengths"] = x["lengths"]
             if "components" in needs:
                 kwargs["components"] = {"accuracy": x["scores"], "format": 1.0 - x["scores"] * 0.5}
+            if "turns" in needs:  # two turns per trajectory: the prompt's state, then one of two states
+                kwargs["turns"] = [[[(0.0, 0), (float(s), 1 + n % 2)] for n, s in enumerate(row)]
+                                   for row in x["scores"].tolist()]
             kwargs.update(_accepted(fn, options))
             return fn(x["scores"], **kwargs)
 

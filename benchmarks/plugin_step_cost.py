@@ -786,8 +786,12 @@ def print_whole_step(report: dict) -> None:
           f"{report['load_avg_after'][0]:.2f} (1 min)")
 
 
-NEW_LOSSES = ("cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "luspo", "vespo")
+NEW_LOSSES = ("cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "luspo", "vespo",
+              "dro", "gpg", "bypass_mode")  # the last three: issue 42
 LOSS_GOAL = 1.05
+# issue 42's staleness objectives on OpenRLHF's ppo (--rlhf_ext.decoupled_loss, --rlhf_ext.m2po_threshold): rows
+# "<loss>+decoupled" and "<loss>+m2po", vLLM's log-probs 0.1-noisy around the old ones
+STALENESS_ROWS = {"decoupled": dict(decoupled_loss=True), "m2po": dict(m2po_threshold=0.005)}
 
 
 def compare_losses(shape_name: str, reps: int, names, threads: int = 1, clock: str = "wall") -> dict:
@@ -816,21 +820,23 @@ def compare_losses(shape_name: str, reps: int, names, threads: int = 1, clock: s
     logp = -torch.rand(B, T, generator=g) * 2.0
     old = logp + 0.05 * torch.randn(B, T, generator=g)
     adv = torch.randn(B, 1, generator=g).expand(B, T) * mask
+    rollout = (old + 0.1 * torch.randn(B, T, generator=g)).clamp(max=0.0)
     info = {"dp_size": 1, "batch_num_tokens": mask.sum().float(), "global_batch_size": torch.tensor(float(B))}
 
     def make(name):
         if name in ("openrlhf_ppo", "openrlhf_ppo_again"):
             return OpenRLHFPolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28, policy_loss_type="ppo")
+        name, _, objective = name.partition("+")
         loss = ppo_actor.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28, policy_loss_type=name)
         args = _ns(actor=_ns(loss_agg_mode="token-mean", policy_loss_type=name, loss_agg_max_len=None,
                              policy_loss_option=["seed=0"] if name == "clip_cov" else None),
-                   rlhf_ext=_ns(step_metrics="off"))
+                   rlhf_ext=_ns(step_metrics="off", **STALENESS_ROWS.get(objective, {})))
         configure_from_args(loss, args)
         return loss
 
     def once(fn):
         lp = logp.clone().requires_grad_()
-        out = fn(lp, old, adv, action_mask=mask, **info)[0]
+        out = fn(lp, old, adv, action_mask=mask, rollout_log_probs=rollout, **info)[0]
         out.backward()
         if not torch.isfinite(lp.grad).all():
             raise SideError("non-finite gradient")

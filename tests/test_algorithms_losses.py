@@ -51,7 +51,7 @@ def test_ppo_dual_clip_bounds_negative_advantages():
     # A<0 ratio 10: plain loss 10 capped at 3; A>0 ratio 10 clipped at 1.2 -> -1.2; A<0 ratio 2: 2 < 3
     assert close(loss, [[3.0, -1.2, 2.0]])
     assert close(m["dual_clip_frac"], 1 / 3)
-    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+    with pytest.raises(ValueError, match="dual_clip must be a finite number > 1"):
         ppo(lp, torch.zeros_like(lp), adv, torch.ones_like(lp), dual_clip=1.0)
 
 

@@ -162,3 +162,22 @@ def test_cli_options(tmp_path):
                              "answer_type": None})
     with pytest.raises(ValueError, match="--shuffle-options needs --answer-type"):
         o.validate()
+
+
+def test_a_ranking_task_without_options(tmp_path):
+    # issue 41: the options of a ranking are its answer's labels; the question names them itself
+    rows = [{"problem": "Rank the configs A, B, C, best first.", "answer": ["C", "A", "B"]}]
+    task = custom_task("r", answer_type="ranking")
+    p = load_task("r", write_jsonl(tmp_path / "r.jsonl", rows), task=task).problems[0]
+    gold = parse_structured_gold(p.gold)
+    assert p.text == rows[0]["problem"] and gold.options.labels == ("A", "B", "C") and gold.answer == ("C", "A", "B")
+    assert grade_structured("\\boxed{C > A > B}", gold).correct
+    assert not grade_structured("\\boxed{A > C > B}", gold).correct
+    # re-lettering options the question names would change the question: refused, saying so
+    options = RunOptions(suite="r", model="m", custom_task={"name": "r", "answer_type": "ranking"}, shuffle_options=7,
+                         data=[str(tmp_path / "r.jsonl")])
+    with pytest.raises(ValueError, match="gives no option texts"):
+        sample_view(options, p, 0)
+    with pytest.raises(DataError, match="needs an 'options' field"):
+        load_task("c", write_jsonl(tmp_path / "c.jsonl", [{"problem": "q", "answer": "A"}]),
+                  task=custom_task("c", answer_type="choice"))

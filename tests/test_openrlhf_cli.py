@@ -106,6 +106,8 @@ def test_openrlhf_defaults_untouched(parse):
         (["--rlhf_ext.top_entropy_quantile", "0.2"], "add --actor.entropy_coef 0"),
         (["--algo.advantage.estimator", "optimal_token_baseline", "--rollout.n_samples_per_prompt", "4"],
          "its actor returns only the sampled tokens' log-probs"),
+        (["--algo.advantage.estimator", "tir_optimal_token_baseline", "--rollout.n_samples_per_prompt", "4"],
+         "tir_optimal_token_baseline is a token-level estimator: it needs, per response token, sum_pi_squared"),
         (["--rlhf_ext.top_entropy_quantile", "1.5", "--actor.entropy_coef", "0"], "must be in (0, 1]"),
         (["--rlhf_ext.off_policy_mask_threshold", "-1"], "must be a finite number >= 0"),
         (["--algo.kl.estimator", "k3_bias_corrected"], "add --algo.kl.use_loss"),
@@ -229,3 +231,11 @@ def test_new_losses_take_the_clip_flags_and_their_options(parse, capfd):
     with pytest.raises(SystemExit):
         parse("--actor.policy_loss_type", "vespo", "--actor.policy_loss_option", "k_pos=1")
     assert "rejects the options ['k_pos']" in capfd.readouterr().err
+    # issue 42: dro takes verl's dro_beta; bypass_mode needs the rollout log-probs as its old ones
+    assert parse("--actor.policy_loss_type", "dro", "--actor.policy_loss_option", "dro_beta=0.2").actor.policy_loss_type == "dro"
+    with pytest.raises(SystemExit):
+        parse("--actor.policy_loss_type", "dro", "--actor.policy_loss_option", "dro_beta=-1")
+    assert "dro_beta must be a finite number > 0" in capfd.readouterr().err
+    with pytest.raises(SystemExit):
+        parse("--actor.policy_loss_type", "bypass_mode")
+    assert "--rlhf_ext.rollout_correction_bypass with --actor.policy_loss_type ppo" in capfd.readouterr().err

@@ -267,8 +267,11 @@ RATIO_LOSSES = {
     "kl_cov": ({"kl_cov_ratio": 0.2, "ppo_kl_coef": 0.5}, {}),
     "dppo_tv": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15, clip_ratio_c=3.0)),
     "dppo_kl": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15, clip_ratio_c=3.0)),
-    "luspo": ({}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15)),
+    # --actor.dual_clip is luspo's dual clip, TRL's delta an option (issue 42: rlhf_ext.algorithms.ratio_caps)
+    "luspo": ({"delta": 1.5}, dict(clip_ratio_low=0.1, clip_ratio_high=0.15, dual_clip=3.0)),
     "vespo": ({"vespo_k_pos": 1.0, "vespo_lambda_neg": 1.5}, {}),
+    "dro": ({"dro_beta": 0.3}, {}),  # issue 42
+    "gpg": ({}, {}),
 }
 
 

@@ -227,3 +227,29 @@ def test_mindspeed_rl_verifier_entries_take_the_new_rewards():
                                       [json.dumps(RANK_GOLD)] * 2, None)
     assert scores == pytest.approx([1 / 3 + 0.5, -0.5])
     assert metrics["reward/parse_failure"] == [0.0, 1.0]
+
+
+def test_a_ranking_gold_without_options_takes_them_from_its_answer():
+    # issue 41: a ranking orders every option, so its answer names them all; every response used to be
+    # graded wrong (the gold was refused for want of 'options')
+    for gold in [{"answer": ["C", "A", "B"]}, {"answer_type": "ranking", "answer": "C > A > B"},
+                 json.dumps({"answer": ["C", "A", "B"]}),
+                 json.dumps({"answer_type": "ranking", "answer": ["C", "A", "B"]})]:
+        g = parse_structured_gold(gold)
+        assert (g.answer_type, g.options.labels, g.answer) == ("ranking", ("A", "B", "C"), ("C", "A", "B")), gold
+        assert parse_structured_gold(g.as_label()) == g  # the label a run records reads back the same
+    with WeightedReward("ranking_partial:1.0,parse_failure:-0.5", workers=1) as reward:
+        out = reward(["\\boxed{C > A > B}", "Final ranking: A > C > B", "\\boxed{C > A}", "\\boxed{C > A > D}"],
+                     [{"answer": ["C", "A", "B"]}] * 4)
+    # right; one adjacent swap (tau 1/3, pick wrong); misses B; D is no option -- the same as with options
+    assert out.correct == [1, 0, 0, 0]
+    assert out.components["ranking_partial"] == pytest.approx([1.0, 0.5 * (2 / 3), 0, 0])
+    assert out.components["parse_failure"] == [0, 0, 1, 1]
+    assert [g.status for g in out.grades] == ["ok", "ok", "invalid", "invalid"]
+    # what still needs options, or is no choice gold at all
+    for bad, message in [({"answer": ["C", "A", "C"]}, "repeats C"), ({"answer_type": "choice", "answer": "B"},
+                                                                        "choice gold needs 'options'"),
+                         ({"answer": ["C"]}, "at least 2 options"), ({"answer_type": "ranking"}, "needs an 'answer'")]:
+        with pytest.raises(GoldFormatError, match=message):
+            parse_structured_gold(bad)
+    assert parse_structured_gold('{"answer": "42"}') is None and parse_structured_gold({"answer": "42"}) is None

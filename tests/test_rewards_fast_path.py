@@ -253,7 +253,7 @@ CASES = [
     ("1/2", ".5", True), ("\\dfrac{3}{4}", "0.75", True), ("-\\frac{1}{2}", "\\frac{-1}{2}", True),
     ("\\frac{4}{2}", "2", True), ("0.75", "\\frac{3}{5}", False),
     ("50\\%", "50", True), ("50\\%", "0.5", True), ("25\\%", "\\frac{1}{4}", True), ("500\\%", "5", True),
-    ("25.0\\%", "25", False), ("12.5\\%", "12.5", False), ("5%", "0.05", True),
+    ("25.0\\%", "25", False), ("5%", "0.05", True),
     ("12 €", "12", True), ("\\$12", "12", True), ("7.5 m^2", "7.5", True),
     # square roots and degrees (the fast path's second round)
     ("\\sqrt{4}", "2", True), ("\\sqrt{12}", "2\\sqrt{3}", True), ("2 \\sqrt{5}", "2\\sqrt{5}", True),
@@ -277,10 +277,11 @@ UNDECIDED = [
     # too close to math-verify's rounding, not a plain number, or ambiguous: the workers decide
     ("0.5000004", "0.5"), ("0.333333", "\\frac{1}{3}"), ("0.1234567", "0.1234568"),
     ("5.", "5"), ("1e5", "100000"), ("x = 5", "5"), ("30°", "30^\\circ"), ("2,74", "2.74"),
-    ("\\sqrt{2}", "1.414214"), ("\\sqrt{3}2", "2\\sqrt{3}"), ("\\frac{1}{\\sqrt{3}}", "\\frac{\\sqrt{3}}{3}"),
+    ("\\sqrt{2}", "1.414214"), ("\\sqrt{3}2", "2\\sqrt{3}"),
     ("\\sqrt{10000000001}", "\\sqrt{10000000000}"), ("\\sqrt{4}\\%", "2\\%"), ("0.5^\\circ", "0.5"),
     ("\\frac{1}{0}", "1"), ("-50\\%", "-50"), ("\\frac{1}{2}\\%", "0.005"), ("(1, 2)", "1"), ("2 3", "23"),
     ("12345678901.5", "12345678901.5"), ("0.1234567890123456", "0.1234567890123456"),
+    ("12.5\\%", "12.5"),  # a fractional percentage has two readings since issue 41 (it is right): workers
 ]
 
 
@@ -611,7 +612,7 @@ TUPLE_CASES = [
     ("(8,-2)", "(8,-2)", True), ("(8, -2)", "(8,-2)", True), ("\\left(8,-2\\right)", "(8,-2)", True),
     ("(8,-3)", "(8,-2)", False), ("(2,5)", "(2,4)", False), ("(1,-16,-4,44)", "(1,-16,-4,43)", False),
     ("(\\frac32,-13)", "\\left( \\frac{3}{2}, -13 \\right)", True), ("(-\\sqrt{3},\\sqrt{3})", "(-\\sqrt{3}, \\sqrt{3})", True),
-    ("13\\pi", "12\\pi", False), ("\\frac{-\\pi}{6}", "-\\frac{\\pi}{6}", None), ("\\frac{2\\pi}{4}", "\\frac{\\pi}{2}", True),
+    ("13\\pi", "12\\pi", False), ("\\frac{-\\pi}{6}", "-\\frac{\\pi}{6}", True), ("\\frac{2\\pi}{4}", "\\frac{\\pi}{2}", True),
     ("12", "12\\pi", False), ("8\\pi", "8 \\pi", True),
     # left to the workers: a set, an interval read against a pair, decimals, other lengths, infinity
     ("8,-2", "(8,-2)", None), ("(-2,8)", "(8,-2)", None), ("(1.5,-13)", "(\\frac{3}{2},-13)", None),
@@ -695,7 +696,7 @@ SUM_CASES = [
     ("\\frac{1}{2}+1", "\\frac{3}{2}", True), ("\\frac{1}{2}+1", "2", False), ("2\\sqrt{3}+1", "1+2\\sqrt{3}", True),
     ("1+\\sqrt{12}", "1+2\\sqrt{3}", True), ("1-2\\sqrt{3}", "1+2\\sqrt{3}", False), ("2\\pi+18", "18+2\\pi", True),
     ("18+2\\pi+1", "18+2\\pi", False), ("\\sqrt{2}-\\sqrt{2}", "0", True), ("-1-2", "-3", True),
-    ("326.5+1", "326.5", None), ("1+-2", "-1", None), ("50\\%+1", "1.5", None), ("-+1+1", "-1+1", None),
+    ("326.5+1", "326.5", False), ("1+-2", "-1", None), ("50\\%+1", "1.5", None), ("-+1+1", "-1+1", None),
     ("- 1+1", "0", True),
 ]
 

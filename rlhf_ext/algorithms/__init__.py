@@ -19,12 +19,15 @@ from .registry import (
     available_advantages,
     available_kl_estimators,
     available_policy_losses,
+    available_token_advantages,
     get_advantage,
     get_kl_estimator,
     get_policy_loss,
+    get_token_advantage,
     register_advantage,
     register_kl_estimator,
     register_policy_loss,
+    register_token_advantage,
 )
 from .advantages import dr_grpo, grpo, maxrl, passk, reinforce_pp, reinforce_pp_baseline, rft, rloo, whiten
 from .advantages import HOST_INPUTS, gdpo, gpg, host_inputs, opo, optimal_token_baseline, passk_best
@@ -34,6 +37,11 @@ from .token_weight_losses import cispo, sapo
 from .sequence_losses import gmpo, luspo, vespo
 from .covariance_losses import clip_cov, kl_cov
 from .dppo_losses import dppo_kl, dppo_tv
+from .dro_loss import dro
+from .bypass_loss import bypass_mode
+from .multiturn_token_baseline import tir_optimal_token_baseline
+from .ratio_caps import refusal as ratio_cap_refusal
+from .token_estimators import MISSING_INPUT as TOKEN_ESTIMATOR_INPUT
 from .updates import UpdateCounter, has_signal, zero_advantage_rows
 from .aggregation import LOSS_AGG_MODES, aggregate_loss
 from .kl import abs_kl, k1, k2, k3, k3_bias_corrected, k3_plus, kl_estimate, parse_kl_clip
@@ -53,6 +61,28 @@ from .rollout_correction import (
     rollout_correction,
 )
 from .sampling_support import kept_log_mass, truncated_log_probs
+from .gigpo import gigpo, gigpo_turn_advantages
+from .staleness import behaviour_weights, decoupled_objective, m2po_mask, proximal_log_probs
+from .entropy_control import AdaptiveEntropyCoef
+from .ref_sync import mix_into_reference, sync_due
+from .distillation_losses import (
+    available_distillation_losses,
+    forward_kl_topk,
+    get_distillation_loss,
+    register_distillation_loss,
+    reverse_kl_abs,
+    reverse_kl_k1,
+    reverse_kl_k2,
+    reverse_kl_k3,
+)
+from .distillation import (
+    VERL_PG_OPTIONS,
+    DistillationConfig,
+    combine_with_task_loss,
+    distillation_policy_loss,
+    distillation_term,
+    distillation_token_loss,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -80,6 +110,12 @@ __all__ = [
     "passk_best",
     "gdpo",
     "optimal_token_baseline",
+    "tir_optimal_token_baseline",
+    "ratio_cap_refusal",
+    "available_token_advantages",
+    "get_token_advantage",
+    "register_token_advantage",
+    "TOKEN_ESTIMATOR_INPUT",
     "HOST_INPUTS",
     "host_inputs",
     "ppo",
@@ -98,6 +134,8 @@ __all__ = [
     "kl_cov",
     "dppo_tv",
     "dppo_kl",
+    "dro",
+    "bypass_mode",
     "luspo",
     "vespo",
     "UpdateCounter",
@@ -135,4 +173,27 @@ __all__ = [
     "rollout_correction",
     "kept_log_mass",
     "truncated_log_probs",
+    "available_distillation_losses",
+    "get_distillation_loss",
+    "register_distillation_loss",
+    "reverse_kl_k1",
+    "reverse_kl_abs",
+    "reverse_kl_k2",
+    "reverse_kl_k3",
+    "forward_kl_topk",
+    "VERL_PG_OPTIONS",
+    "DistillationConfig",
+    "distillation_token_loss",
+    "distillation_term",
+    "combine_with_task_loss",
+    "distillation_policy_loss",
+    "gigpo",
+    "gigpo_turn_advantages",
+    "behaviour_weights",
+    "decoupled_objective",
+    "m2po_mask",
+    "proximal_log_probs",
+    "AdaptiveEntropyCoef",
+    "mix_into_reference",
+    "sync_due",
 ]

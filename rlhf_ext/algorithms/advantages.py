@@ -214,7 +214,9 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, shift
 
 # Per-sample inputs beyond the scores that an estimator may declare as keyword parameters; every
 # host passes them grouped like the scores ([P, N]) when the estimator's signature names them.
-HOST_INPUTS = ("lengths", "components")
+# "turns" (a multi-turn agent's per-turn (reward, anchor state) pairs, rlhf_ext.algorithms.gigpo) only
+# OpenRLHF's agent executor has; the other hosts refuse such an estimator at start-up.
+HOST_INPUTS = ("lengths", "components", "turns")
 
 
 def host_inputs(estimator) -> tuple:
@@ -363,8 +365,8 @@ def optimal_token_baseline(token_rewards: torch.Tensor, mask: torch.Tensor, grou
     of a group's unique longest response beyond the second longest gets baseline 0.
 
     Needs the per-token ``sum_pi_squared`` over the vocabulary, which only verl's actor computes
-    (``actor.calculate_sum_pi_squared``); it is not a registered outcome estimator, and no host
-    adapter passes it (use verl's own ``algorithm.adv_estimator=optimal_token_baseline``).
+    (``actor.calculate_sum_pi_squared``); registered by name as a token-level estimator
+    (:mod:`.token_estimators`), run on verl as ``rlhf_ext_optimal_token_baseline``.
     """
     maskb = check_token_inputs(mask, token_rewards=token_rewards, old_log_probs=old_log_probs,
                                sum_pi_squared=sum_pi_squared)

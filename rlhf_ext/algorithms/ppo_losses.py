@@ -17,6 +17,7 @@ import torch
 from .checks import check_token_inputs
 from .loss_options import accepts_old_clip_names, check_clip_range
 from .metric_requests import metric_wanted
+from .ratio_caps import check_caps
 from .registry import register_policy_loss
 
 Metrics = Dict[str, torch.Tensor]
@@ -58,6 +59,7 @@ def ppo(
     clip_ratio_high: Optional[float] = None,
     dual_clip: Optional[float] = None,
     log_ratio_clip: Optional[float] = 20.0,
+    delta: Optional[float] = None,
 ) -> Tuple[torch.Tensor, Metrics]:
     """PPO clipped surrogate (Schulman et al. 2017, arXiv 1707.06347) with DAPO's clip-higher
     (Yu et al. 2025, arXiv 2503.14476) and dual clip (Ye et al. 2020, arXiv 1912.09729).
@@ -65,25 +67,25 @@ def ppo(
     ``rho = exp(clamp(log pi - log pi_old, +-log_ratio_clip))``;
     ``L = max(-A rho, -A clip(rho, 1 - clip_ratio_low, 1 + clip_ratio_high))``; with
     ``dual_clip = c > 1``, for ``A < 0`` the loss is further capped at ``-c A``, so one token with a
-    huge ratio cannot dominate the update. ``clip_ratio_high`` defaults to ``clip_ratio_low``
+    huge ratio cannot dominate the update. With ``delta > 1`` (TRL's two-sided clip, INTELLECT-2) the
+    unclipped branch's ratio is ``min(rho, delta)`` (:mod:`.ratio_caps`). ``clip_ratio_high`` defaults to ``clip_ratio_low``
     (symmetric PPO); DAPO uses 0.2 / 0.28. The clip options are verl's keys; the old names
     ``eps_low`` / ``eps_high`` are accepted for one release (DeprecationWarning).
 
     Metrics: ``clip_frac_low`` (tokens where the lower bound binds: ``rho < 1 - clip_ratio_low`` and
     ``A < 0``), ``clip_frac_high`` (``rho > 1 + clip_ratio_high`` and ``A > 0``), ``dual_clip_frac``,
-    ``ppo_kl`` (mean of ``log pi_old - log pi``, the k1 estimate of KL(pi_old || pi)), and
-    ``ratio_mean``.
+    ``delta_clip_frac`` (tokens whose ratio is above ``delta``), ``ppo_kl`` (mean of
+    ``log pi_old - log pi``, the k1 estimate of KL(pi_old || pi)), and ``ratio_mean``.
     """
     clip_ratio_high = check_clip_range(clip_ratio_low, clip_ratio_high, "ppo")
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"ppo: dual_clip must be > 1 (e.g. 3.0), got {dual_clip!r}")
+    check_caps("ppo", dual_clip, delta)
     maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
 
     log_ratio = log_probs - old_log_probs
     if log_ratio_clip is not None:
         log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
     ratio = torch.exp(log_ratio)
-    surr = ratio * advantages
+    surr = (ratio if delta is None else ratio.clamp(max=delta)) * advantages
     surr_clipped = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
     loss = -torch.min(surr, surr_clipped)
 
@@ -91,6 +93,8 @@ def ppo(
         "clip_frac_low": _masked_mean(((ratio < 1.0 - clip_ratio_low) & (advantages < 0)).float(), maskb),
         "clip_frac_high": _masked_mean(((ratio > 1.0 + clip_ratio_high) & (advantages > 0)).float(), maskb),
     }
+    if delta is not None:
+        metrics["delta_clip_frac"] = _masked_mean((ratio > delta).float(), maskb)
     if dual_clip is not None:
         dual_bound = -dual_clip * advantages
         dual_active = (advantages < 0) & (loss > dual_bound)
@@ -151,6 +155,8 @@ def gspo(
     clip_ratio_low: float = 3e-4,
     clip_ratio_high: Optional[float] = 4e-4,
     log_ratio_clip: Optional[float] = 10.0,
+    dual_clip: Optional[float] = None,
+    delta: Optional[float] = None,
 ) -> Tuple[torch.Tensor, Metrics]:
     """GSPO: Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071).
 
@@ -162,16 +168,22 @@ def gspo(
     exactly that of the sequence objective ``-A_i s_i``. Loss per token:
     ``max(-A s, -A clip(s, 1 - clip_ratio_low, 1 + clip_ratio_high))``; the paper's ranges are about
     3e-4 / 4e-4. ``log_ratio_clip`` bounds ``log s_i`` before ``exp`` to avoid overflow.
+    ``dual_clip`` / ``delta`` (:mod:`.ratio_caps`) act on ``s_i`` as :func:`ppo`'s on the token ratio; TRL 1.16
+    applies ``delta`` so with ``importance_sampling_level="sequence"``. verl's ``gspo`` has no dual clip,
+    so on verl ``clip_ratio_c`` does not reach this loss.
 
     Metrics: ``clip_frac_low`` / ``clip_frac_high`` as in :func:`ppo` but on the sequence ratio
-    (token-weighted), ``seq_ratio_mean``, ``ppo_kl``.
+    (token-weighted), ``seq_ratio_mean``, ``ppo_kl``; ``dual_clip_frac`` / ``delta_clip_frac`` with the caps.
     """
     clip_ratio_high = check_clip_range(clip_ratio_low, clip_ratio_high, "gspo")
+    check_caps("gspo", dual_clip, delta)
     maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
-    return _gspo(log_probs, old_log_probs, advantages, maskb, clip_ratio_low, clip_ratio_high, log_ratio_clip)
+    return _gspo(log_probs, old_log_probs, advantages, maskb, clip_ratio_low, clip_ratio_high, log_ratio_clip,
+                 dual_clip=dual_clip, delta=delta)
 
 
-def _gspo(log_probs, old_log_probs, advantages, maskb, low, high, log_ratio_clip, zeroed=False):
+def _gspo(log_probs, old_log_probs, advantages, maskb, low, high, log_ratio_clip, zeroed=False, dual_clip=None,
+          delta=None):
     """:func:`gspo` on inputs already checked (``maskb`` boolean). ``zeroed``: the inputs are 0 on the
     padding, so are the token log-ratios and the loss (a product with ``A = 0``): no ``where`` needed."""
     token_log_ratio = log_probs - old_log_probs
@@ -182,13 +194,20 @@ def _gspo(log_probs, old_log_probs, advantages, maskb, low, high, log_ratio_clip
         seq_log_ratio = seq_log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
     log_s = log_probs - log_probs.detach() + seq_log_ratio.detach()
     s = torch.exp(log_s)
-    surr = s * advantages
+    surr = (s if delta is None else s.clamp(max=delta)) * advantages
     surr_clipped = s.clamp(1.0 - low, 1.0 + high) * advantages
     loss = -torch.min(surr, surr_clipped)
 
     s_val = s.detach()
     count = maskb.sum()
     metrics: Metrics = {}
+    if dual_clip is not None:
+        dual_bound = -dual_clip * advantages
+        dual_active = (advantages < 0) & (loss > dual_bound)
+        loss = torch.where(dual_active, dual_bound, loss)
+        metrics["dual_clip_frac"] = _masked_frac(dual_active, maskb, count)
+    if delta is not None:
+        metrics["delta_clip_frac"] = _masked_frac(s_val > delta, maskb, count)
     if metric_wanted("clip_frac_low"):
         metrics["clip_frac_low"] = _masked_frac((s_val < 1.0 - low) & (advantages < 0), maskb, count)
     if metric_wanted("clip_frac_high"):
@@ -210,6 +229,7 @@ def _ratio_metrics(log_ratio: torch.Tensor, maskb: torch.Tensor) -> Metrics:
 
 
 @register_policy_loss("pg")
+@register_policy_loss("gpg")
 def pg(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -226,6 +246,10 @@ def pg(
     batch the data is off-policy and this loss ignores it (no correction, no clipping): the
     "naive" off-policy baseline. With the ``rft`` advantage (0/1) it is the log-likelihood of the
     accepted samples, i.e. rejection-sampling fine-tuning.
+
+    Also registered as ``gpg``: verl 0.9.1's ``compute_policy_loss_gpg`` (GPG, arXiv 2504.02546; the
+    loss of its ``gpg`` estimator's advantages) is this ``-A log pi``, value and gradient
+    (tests/verl_env/test_verl_new_losses_parity.py).
 
     ``old_log_probs`` only feeds the metrics: ``ppo_kl`` (k1 estimate of KL(pi_old || pi)),
     ``ratio_mean`` and ``ratio_max`` of ``pi / pi_old`` (``log_ratio_clip`` bounds the log-ratio

@@ -22,6 +22,9 @@ ENTRY_POINTS = EntryPointGroup(ENTRY_POINT_GROUP)
 ADVANTAGES = Registry("advantage estimator", ENTRY_POINTS)
 POLICY_LOSSES = Registry("policy loss", ENTRY_POINTS)
 KL_ESTIMATORS = Registry("KL estimator", ENTRY_POINTS)
+# token-level estimators that need per-token inputs from the actor (.token_estimators): a host offers one only
+# where it can pass those inputs, and refuses it by name elsewhere
+TOKEN_ADVANTAGES = Registry("token-level advantage estimator", ENTRY_POINTS)
 
 
 def load_entry_points() -> Dict[str, str]:
@@ -54,6 +57,21 @@ def register_kl_estimator(name: str, *, override: bool = False):
     return KL_ESTIMATORS.register(name, override=override)
 
 
+def register_token_advantage(name: str, *, override: bool = False):
+    """Register ``fn(token_rewards[B, T], mask[B, T], groups, old_log_probs[B, T], sum_pi_squared[B, T], *,
+    is_weights=None, **options) -> (advantages[B, T], returns[B, T])`` under ``name``
+    (:mod:`.token_estimators`)."""
+    return TOKEN_ADVANTAGES.register(name, override=override)
+
+
+def get_token_advantage(name: str) -> Callable:
+    return TOKEN_ADVANTAGES.get(name)
+
+
+def available_token_advantages() -> List[str]:
+    return TOKEN_ADVANTAGES.available()
+
+
 def get_advantage(name: str) -> Callable:
     return ADVANTAGES.get(name)
 
@@ -84,6 +102,10 @@ __all__ = [
     "ADVANTAGES",
     "POLICY_LOSSES",
     "KL_ESTIMATORS",
+    "TOKEN_ADVANTAGES",
+    "register_token_advantage",
+    "get_token_advantage",
+    "available_token_advantages",
     "load_entry_points",
     "register_advantage",
     "register_policy_loss",

@@ -45,7 +45,7 @@ current log-probs as ``train_log_probs`` then), this module returns
   ==========================  =====================================================  ===========
 
   (``P = pi_old``, ``Q = pi_rollout`` of the sampled token.) The ``k`` statistics clamp ``d``
-  to ``+-20`` first, as verl does (``SAFETY_BOUND``).
+  to ``+-20`` first, as verl does (``SAFETY_BOUND``); the ``k3_kl`` metric does not, as verl's.
 
 * **metrics** (0-dim tensors, ``rollout_corr/`` prefix added by the hosts); names that verl also
   reports are listed in :data:`VERL_METRIC_NAMES` (parity-tested against verl 0.9.1).
@@ -398,9 +398,10 @@ def rollout_correction(
         weights = _zero(weights, keep)
 
     # the mismatch itself (the same tokens as rollout_mismatch/*; verl's off-policy metrics)
-    ds = d.clamp(-SAFETY_BOUND, SAFETY_BOUND)
     metrics["k1_kl"] = _mmean(-d, mask)
-    metrics["k3_kl"] = _mmean(ds.exp() - 1.0 - ds, mask)
+    # verl's k3_kl (rollout_corr_helper.compute_offpolicy_metrics): d not clamped, so an extreme ratio gives
+    # a huge (or inf) mean, as verl's; d = +inf (a rollout probability of 0) is inf, where verl's inf - inf is NaN
+    metrics["k3_kl"] = _mmean((d.exp() - 1.0 - d).nan_to_num(nan=math.inf), mask)
     metrics["weight_mean"] = _mmean(weights, mask)
     metrics["weight_max"] = _mmax(weights, mask) if bool(mask.any()) else torch.zeros((), dtype=dtype)
     metrics["tokens"] = mask.sum().to(dtype)

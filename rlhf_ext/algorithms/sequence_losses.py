@@ -17,6 +17,7 @@ from .linearised import with_derivative
 from .loss_options import check_clip_range
 from .metric_requests import metric_wanted
 from .ppo_losses import zero_padded_mean
+from .ratio_caps import check_caps
 from .ratio_common import Metrics, check_bounds, check_positive, prepare_inputs, token_frac, token_mean
 from .registry import register_policy_loss
 
@@ -97,6 +98,8 @@ def luspo(
     clip_ratio_low: float = 3e-4,
     clip_ratio_high: Optional[float] = 4e-4,
     log_ratio_clip: Optional[float] = 10.0,
+    dual_clip: Optional[float] = None,
+    delta: Optional[float] = None,
 ) -> Tuple[torch.Tensor, Metrics]:
     """LUSPO: length-unbiased sequence policy optimisation (arXiv 2602.05261; TRL 1.16
     ``loss_type="luspo"``).
@@ -107,11 +110,14 @@ def luspo(
     correct answers that the scaling removes. The per-token loss is ``|y_i|`` times GSPO's, so
     reduced with ``seq-mean-token-mean`` (GSPO's mode) it is TRL's
     ``(1/B) sum_i |y_i| L_i``, value and gradient. (Plain ``gspo`` with ``seq-mean-token-sum``
-    is the same objective.)
+    is the same objective.) ``dual_clip`` / ``delta`` cap ``s_i`` as in GSPO (:mod:`.ratio_caps`; TRL 1.16's
+    luspo applies ``delta``).
 
-    Metrics: GSPO's (``clip_frac_low``, ``clip_frac_high``, ``seq_ratio_mean``, ``ppo_kl``).
+    Metrics: GSPO's (``clip_frac_low``, ``clip_frac_high``, ``seq_ratio_mean``, ``ppo_kl``; ``dual_clip_frac`` /
+    ``delta_clip_frac`` with the caps).
     """
     clip_ratio_high = check_clip_range(clip_ratio_low, clip_ratio_high, "gspo")  # gspo's checks and messages
+    check_caps("luspo", dual_clip, delta)
     maskb, lp, old, adv, m, count = prepare_inputs(log_probs, old_log_probs, advantages, mask)
     with torch.no_grad():
         # gspo's sequence ratio s_i = exp(clip(mean_t log rho_t)) ([B, 1]: the value of every token's s)
@@ -121,12 +127,21 @@ def luspo(
         if log_ratio_clip is not None:
             seq_log_ratio = seq_log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
         s = torch.exp(seq_log_ratio)
-        surr = s * adv
+        surr = (s if delta is None else s.clamp(max=delta)) * adv
         surr_clipped = s.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * adv
-        value = -torch.minimum(surr, surr_clipped) * lengths
+        value = -torch.minimum(surr, surr_clipped)
         # token form s_it = exp(log pi_t - sg(log pi_t) + sg(log s_i)): d s_it / d log pi_t = s_i; the min keeps
         # the unclipped branch where surr <= surr_clipped (ties: the clip is inactive); times |y_i|
-        coef = (-adv * s).mul_(flag(torch.le, surr, surr_clipped)).mul_(lengths)
+        coef = (-adv * s).mul_(flag(torch.le, surr, surr_clipped))
+        if delta is not None:  # beyond delta the unclipped branch is the constant delta * A
+            coef.mul_(flag(torch.le, s, delta))
+        if dual_clip is not None:  # A < 0 capped at -c A (constant: no gradient)
+            cap = -dual_clip * adv
+            dual_active = flag(torch.lt, adv, 0.0) * flag(torch.gt, value, cap)
+            value = torch.where(dual_active.bool(), cap, value)
+            coef.mul_(1.0 - dual_active)
+        value = value * lengths
+        coef.mul_(lengths)
     loss = with_derivative(value, lp, coef)  # gspo's loss is 0 on the padding (A = 0), so is its multiple
     metrics: Metrics = {}
     if metric_wanted("clip_frac_low"):
@@ -134,6 +149,10 @@ def luspo(
     if metric_wanted("clip_frac_high"):
         metrics["clip_frac_high"] = token_frac(flag(torch.gt, adv, 0.0) * flag(torch.gt, s, 1.0 + clip_ratio_high),
                                                count)
+    if dual_clip is not None:
+        metrics["dual_clip_frac"] = token_frac(dual_active * m, count)
+    if delta is not None:
+        metrics["delta_clip_frac"] = token_frac(flag(torch.gt, s, delta) * m, count)
     if metric_wanted("seq_ratio_mean"):
         metrics["seq_ratio_mean"] = s.mean()
     if metric_wanted("ppo_kl"):

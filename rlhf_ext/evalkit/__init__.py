@@ -14,8 +14,8 @@ Python API::
 Importing this package is cheap: vLLM, Ray and the grader load only when a run starts.
 """
 
-from .metrics import (PairedDifference, bootstrap_ci, bootstrap_indices, cluster_answers, majority_vote,
-                      paired_difference, pass_at_k, pass_k_values)
+from .metrics import (G_PASS_THRESHOLDS, PairedDifference, bootstrap_ci, bootstrap_indices, cluster_answers,
+                      g_pass_at_k, majority_vote, mg_pass_at_k, paired_difference, pass_at_k, pass_k_values)
 from .records import RunDirError, SampleLog
 from .summary import compare_runs, render_compare_markdown, render_markdown, report, summarize
 from .runner import EvalInterrupted, RunOptions, option_permutation, problem_seed, run_eval
@@ -27,7 +27,7 @@ from .voting import AnswerEquivalence
 __all__ = [
     "RunOptions", "run_eval", "EvalInterrupted", "problem_seed", "option_permutation",
     "report", "summarize", "render_markdown", "compare_runs", "render_compare_markdown",
-    "pass_at_k", "pass_k_values", "majority_vote", "cluster_answers", "AnswerEquivalence", "bootstrap_ci", "bootstrap_indices", "paired_difference",
+    "pass_at_k", "pass_k_values", "g_pass_at_k", "mg_pass_at_k", "G_PASS_THRESHOLDS", "majority_vote", "cluster_answers", "AnswerEquivalence", "bootstrap_ci", "bootstrap_indices", "paired_difference",
     "PairedDifference",
     "SampleLog", "RunDirError",
     "TASKS", "SUITES", "Task", "Problem", "load_task", "DataError",

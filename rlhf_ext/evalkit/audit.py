@@ -35,6 +35,9 @@ from .records import CONFIG_FILE, SAMPLES_FILE, RunDirError, SampleLog, write_js
 from .resolution import AUDIT_FILE
 
 AUDIT_DIR = "audit"
+# ``--disagreements``: the samples the verifier cascade judged otherwise than the rules (.verifier)
+DISAGREEMENTS_DIR = "audit_disagreements"
+DISAGREEMENTS_FILE = "audit_disagreements.json"
 SAMPLE_FILE = "sample.jsonl"
 VERDICTS_FILE = "verdicts.jsonl"
 Z95 = 1.959963984540054
@@ -95,7 +98,8 @@ def draw(records: Sequence[dict], n: int, seed: int = 0) -> List[dict]:
                         "weight": len(strata[key]) / len(graded) / take[key],
                         "prompt": rec.get("prompt"), "response": rec.get("response"),
                         "extracted": rec.get("extracted"), "gold": rec.get("gold"),
-                        "graded_correct": bool(rec.get("correct"))})
+                        "graded_correct": bool(rec.get("correct")),
+                        **({"verifier": rec["verifier"]} if rec.get("verifier") else {})})
     rng.shuffle(out)
     return out
 
@@ -111,21 +115,30 @@ def _append(path: Path, obj: dict) -> None:
         f.write(json.dumps(obj, ensure_ascii=False) + "\n")
 
 
-def load_or_draw(run_dir: Path, n: int, seed: int) -> List[dict]:
-    """The run's audit sample: the stored one (its size and seed must match), else a new draw."""
-    sample_path = run_dir / AUDIT_DIR / SAMPLE_FILE
-    meta_path = run_dir / AUDIT_DIR / "draw.json"
+def load_or_draw(run_dir: Path, n: int, seed: int, disagreements: bool = False) -> List[dict]:
+    """The run's audit sample: the stored one (its size and seed must match), else a new draw
+    (``disagreements``: only of the samples where the verifier and the rules disagree)."""
+    audit_dir = run_dir / (DISAGREEMENTS_DIR if disagreements else AUDIT_DIR)
+    sample_path = audit_dir / SAMPLE_FILE
+    meta_path = audit_dir / "draw.json"
     if sample_path.exists():
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         if meta.get("n") != n or meta.get("seed") != seed:
             raise RunDirError(f"{sample_path} was drawn with --n {meta.get('n')} --seed {meta.get('seed')}; "
-                              f"rerun with those, or remove {run_dir / AUDIT_DIR} to draw anew")
+                              f"rerun with those, or remove {audit_dir} to draw anew")
         return _read_jsonl(sample_path)
     if not (run_dir / CONFIG_FILE).exists():
         raise RunDirError(f"{run_dir} is not an evalkit run directory (no {CONFIG_FILE})")
     records = SampleLog(run_dir / SAMPLES_FILE).read()
+    if disagreements:
+        from .verifier import disagreements as disagreeing
+
+        records = disagreeing(records)
+        if not records:
+            raise RunDirError(f"{run_dir}: no sample where the verifier and the rules disagree (run evalkit with "
+                              "--verifier-url and --verifier-model first)")
     sample = draw(records, n, seed)
-    (run_dir / AUDIT_DIR).mkdir(exist_ok=True)
+    audit_dir.mkdir(exist_ok=True)
     sample_path.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in sample), encoding="utf-8")
     write_json_atomic(meta_path, {"n": n, "seed": seed, "graded_samples": len([r for r in records if "correct" in r])})
     return sample
@@ -153,6 +166,9 @@ def ask(sample: Sequence[dict], done: Dict[str, bool], record: Callable[[str, bo
         write(f"\n--- {i}/{len(todo)}  {item['id']}  (grader: {'correct' if item['graded_correct'] else 'wrong'})")
         write(f"PROMPT:\n{item.get('prompt')}\nRESPONSE:\n{item.get('response')}")
         write(f"extracted answer: {item.get('extracted')!r}    gold: {item.get('gold')!r}")
+        if item.get("verifier"):
+            write(f"verifier {item['verifier'].get('model')}: {item['verifier'].get('status')} "
+                  f"(reply {item['verifier'].get('reply')!r})")
         while True:
             try:
                 answer = read("Is the response's answer correct? [y]es / [n]o / [s]kip / [q]uit: ").strip().lower()
@@ -217,6 +233,11 @@ def _errors(items: Sequence[dict], verdicts: Dict[str, bool]) -> int:
 def render(report: dict) -> str:
     if not report.get("judged"):
         return f"audit: {report['sampled']} sampled, none judged yet"
+    if report.get("population") == "verifier_disagreements":
+        e = report["verifier_right"]
+        return (f"verifier right on {e['errors']} of {report['judged']} judged disagreements "
+                f"({report['sampled']} sampled): {100 * e['value']:.1f}% [{100 * e['ci95'][0]:.1f}, "
+                f"{100 * e['ci95'][1]:.1f}] (95% Wilson interval); the rest are the verifier's false positives")
     e = report["error_rate"]
     lines = [f"grader error rate: {100 * e['value']:.1f}% [{100 * e['ci95'][0]:.1f}, {100 * e['ci95'][1]:.1f}] "
              f"(95% Wilson interval; {e['errors']} disagreement(s) in {report['judged']} judged of "
@@ -233,13 +254,18 @@ def render(report: dict) -> str:
 
 
 def run_audit(run_dir, n: int = 50, seed: int = 0, verdicts_file: Optional[Path] = None,
-              read: Callable[[str], str] = input, write: Callable[[str], None] = print) -> dict:
-    """Draw (or reload) the sample, collect verdicts (file or prompt), write ``audit.json``; returns it."""
+              read: Callable[[str], str] = input, write: Callable[[str], None] = print,
+              disagreements: bool = False) -> dict:
+    """Draw (or reload) the sample, collect verdicts (file or prompt), write ``audit.json``; returns it.
+
+    ``disagreements``: audit the samples the verifier cascade overturned instead (``audit/`` and
+    ``audit.json`` become ``audit_disagreements/`` and ``audit_disagreements.json``): there the
+    grader's "error rate" is the share the verifier got right."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is not a directory")
-    sample = load_or_draw(run_dir, n, seed)
-    verdict_path = run_dir / AUDIT_DIR / VERDICTS_FILE
+    sample = load_or_draw(run_dir, n, seed, disagreements)
+    verdict_path = run_dir / (DISAGREEMENTS_DIR if disagreements else AUDIT_DIR) / VERDICTS_FILE
     done = {v["id"]: v["correct"] for v in _read_jsonl(verdict_path)}
 
     def record(item: str, correct: bool) -> None:
@@ -252,7 +278,11 @@ def run_audit(run_dir, n: int = 50, seed: int = 0, verdicts_file: Optional[Path]
     else:
         ask(sample, done, record, read=read, write=write)
     report = {"run_dir": str(run_dir), "n": n, "seed": seed, **summarize(sample, done)}
-    write_json_atomic(run_dir / AUDIT_FILE, report)
+    if disagreements:
+        report["population"] = "verifier_disagreements"
+        if "error_rate" in report:  # every item was graded wrong by the rules and right by the verifier
+            report["verifier_right"] = report["error_rate"]
+    write_json_atomic(run_dir / (DISAGREEMENTS_FILE if disagreements else AUDIT_FILE), report)
     return report
 
 
@@ -264,6 +294,9 @@ def add_arguments(p) -> None:
     p.add_argument("--verdicts", type=Path, default=None, metavar="FILE",
                    help='JSONL of {"id": "task/problem/sample", "correct": true|false}: the person\'s verdicts')
     p.add_argument("--json", action="store_true", help="print audit.json instead of the summary")
+    p.add_argument("--disagreements", action="store_true",
+                   help="sample only the answers the verifier cascade judged otherwise than the rules (evalkit "
+                        "--verifier-url): the report is how often the verifier was right (audit_disagreements.json)")
 
 
 def run(args) -> int:
@@ -271,6 +304,6 @@ def run(args) -> int:
 
     if args.n < 1:
         usage_error(args, f"--n must be >= 1, got {args.n}")
-    report = run_audit(args.run_dir, args.n, args.seed, args.verdicts)
+    report = run_audit(args.run_dir, args.n, args.seed, args.verdicts, disagreements=args.disagreements)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0

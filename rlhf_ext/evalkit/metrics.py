@@ -13,6 +13,12 @@ Sources:
 * maj@n (cons@n) -- self-consistency, Wang et al. 2022 (arXiv 2203.11171): vote over the
   final answers, equivalent answers counted together (their equivalence is the grader's, see
   :mod:`.voting`), then grade the winner.
+* G-Pass@k_tau and mG-Pass@k -- Liu et al. 2024, "Are Your LLMs Capable of Stable Reasoning?"
+  (arXiv 2412.13147), eqs. 3-4: the probability that at least ``ceil(tau * k)`` of k samples drawn
+  without replacement from the n are correct (a hypergeometric tail), and its mean over
+  ``tau`` in (0.5, 1]. lighteval's ``GPassAtK`` (``src/lighteval/metrics/metrics_sample.py``,
+  v0.13.0) computes the same with ``scipy.stats.hypergeom``; see :func:`g_pass_at_k` for the one
+  place it differs.
 * Percentile bootstrap -- Efron & Tibshirani 1993, "An Introduction to the Bootstrap", ch. 13;
   paired comparison by resampling problems, as in Dror et al. 2018 ("The Hitchhiker's Guide to
   Testing Statistical Significance in NLP", ACL).
@@ -22,12 +28,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil, comb
 from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_CONFIDENCE = 0.95
+# lighteval's default thresholds; tau = 0 is pass@k, tau = 1 asks all k samples to be right.
+G_PASS_THRESHOLDS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -37,18 +47,75 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     holds at least one correct one; computed as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` so large n
     never overflows.
     """
-    for name, value in (("n", n), ("c", c), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"pass_at_k: {name} must be an integer, got {value!r}")
-    if n < 1:
-        raise ValueError(f"pass_at_k: n must be >= 1, got {n}")
-    if not 0 <= c <= n:
-        raise ValueError(f"pass_at_k: c must be in [0, n={n}], got {c}")
-    if not 1 <= k <= n:
-        raise ValueError(f"pass_at_k: k must be in [1, n={n}], got {k}")
+    _check_nck("pass_at_k", n, c, k)
     if n - c < k:
         return 1.0
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def _check_nck(who: str, n, c, k) -> None:
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{who}: {name} must be an integer, got {value!r}")
+    if n < 1:
+        raise ValueError(f"{who}: n must be >= 1, got {n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"{who}: c must be in [0, n={n}], got {c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"{who}: k must be in [1, n={n}], got {k}")
+
+
+def _at_least(n: int, c: int, k: int, m: int) -> float:
+    """P(X >= m) for X ~ Hypergeometric(population n, c successes, k draws), in exact integers.
+
+    ``sum_{j=m}^{min(c,k)} C(c, j) C(n-c, k-j) / C(n, k)``; Python's int / int division rounds the
+    exact ratio once, so the result is the correctly rounded float whatever the size of the binomials.
+    """
+    m = max(m, 0)
+    top = min(c, k)
+    if m > top:
+        return 0.0
+    favourable = sum(comb(c, j) * comb(n - c, k - j) for j in range(m, top + 1))
+    return favourable / comb(n, k)
+
+
+def g_pass_threshold_count(k: int, tau: float) -> int:
+    """m = max(ceil(tau * k), 1): how many of the k samples G-Pass@k_tau asks to be right.
+
+    ``tau`` is read as the decimal it is written as (``repr``), so ``tau = 0.28, k = 25`` asks for 7.
+    lighteval computes ``np.ceil(k * t)`` in floating point, where ``25 * 0.28`` is
+    ``7.000000000000001`` and asks for 8; the two agree on its default thresholds (multiples of
+    1/4, exact in binary) and differ only where ``tau * k`` is an integer that binary floats miss.
+    """
+    if isinstance(tau, bool) or not isinstance(tau, (int, float, np.floating, np.integer)) \
+            or not np.isfinite(tau) or not 0.0 <= tau <= 1.0:
+        raise ValueError(f"g_pass_at_k: tau must be a number in [0, 1], got {tau!r}")
+    return max(ceil(Fraction(repr(float(tau))) * k), 1)
+
+
+def g_pass_at_k(n: int, c: int, k: int, tau: float) -> float:
+    """G-Pass@k_tau of one problem with ``c`` correct among ``n`` samples (arXiv 2412.13147, eq. 3).
+
+    The probability that a uniformly drawn k-subset of the n samples holds at least
+    ``m = max(ceil(tau * k), 1)`` correct ones (:func:`g_pass_threshold_count`):
+    ``sum_{j=m}^{c} C(c, j) C(n-c, k-j) / C(n, k)``. ``tau = 0`` (m = 1) is :func:`pass_at_k`;
+    ``k = 1`` is c / n for every tau.
+    """
+    _check_nck("g_pass_at_k", n, c, k)
+    return _at_least(int(n), int(c), int(k), g_pass_threshold_count(int(k), tau))
+
+
+def mg_pass_at_k(n: int, c: int, k: int) -> float:
+    """mG-Pass@k of one problem (arXiv 2412.13147, eq. 4): G-Pass@k_tau averaged over tau in (0.5, 1].
+
+    ``2 * integral_{0.5}^{1} G-Pass@k_tau d tau``, taken on the grid tau = i / k where G-Pass@k_tau
+    steps: ``(2 / k) * sum_{i = ceil(k/2) + 1}^{k} P(X >= i)``, as the paper and lighteval sum it. It
+    is 0 when c <= k / 2, and 1 when every sample is right and k is even (for odd k the grid holds
+    (k - 1) / 2 steps, so it tops out at (k - 1) / k).
+    """
+    _check_nck("mg_pass_at_k", n, c, k)
+    n, c, k = int(n), int(c), int(k)
+    return 2.0 * sum(_at_least(n, c, k, i) for i in range((k + 1) // 2 + 1, k + 1)) / k
 
 
 def pass_k_values(n: int) -> list[int]:

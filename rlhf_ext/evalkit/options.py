@@ -54,6 +54,27 @@ class RunOptions:
     # choice/ranking tasks: show each sample's options in its own order, re-lettered, with a
     # permutation drawn from this seed, the task, the problem and the sample index (None: as written)
     shuffle_options: Optional[int] = None
+    # the verifier cascade (rlhf_ext.evalkit.verifier): an OpenAI-compatible endpoint and its model,
+    # asked about the samples the rules score wrong; None: rules only
+    verifier_url: Optional[str] = None
+    verifier_model: Optional[str] = None
+    verifier_timeout: float = 30.0
+    verifier_concurrency: int = 8
+    verifier_max_tokens: int = 16
+    verifier_vllm_choice: bool = False
+
+    def verifier_settings(self):
+        """The :class:`~rlhf_ext.rewards.verifier_cascade.VerifierSettings` of the run, or None (rules only)."""
+        if self.verifier_url is None and self.verifier_model is None:
+            return None
+        if not (self.verifier_url and self.verifier_model):
+            raise ValueError("--verifier-url and --verifier-model go together (the server and the model it serves)")
+        from rlhf_ext.rewards.verifier_cascade import VerifierSettings
+
+        return VerifierSettings(url=self.verifier_url, model=self.verifier_model, timeout=self.verifier_timeout,
+                                concurrency=self.verifier_concurrency,
+                                max_tokens=self.verifier_max_tokens,
+                                vllm_choice=self.verifier_vllm_choice).validate()
 
     @property
     def answer_type(self) -> str:
@@ -96,3 +117,4 @@ class RunOptions:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self.verifier_settings()

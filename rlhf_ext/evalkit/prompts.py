@@ -26,6 +26,10 @@ def sample_view(options: RunOptions, problem: Problem, sample_index: int):
     from rlhf_ext.rewards.choice import parse_structured_gold, render_options, shuffled_gold
 
     gold = parse_structured_gold(problem.gold)
+    if not any(gold.options.texts):
+        raise ValueError(f"--shuffle-options: problem {problem.id} of {problem.task} gives no option texts (a "
+                         "ranking whose options are only its answer's labels): its question names the options, "
+                         "so re-lettering them would change the question; run this task without --shuffle-options")
     perm = option_permutation(options.shuffle_options, problem.task, problem.id, sample_index,
                               len(gold.options.labels))
     shown, mapping = shuffled_gold(gold, perm)

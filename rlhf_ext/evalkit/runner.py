@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import records
+from .context import ModelContext, check_prompts_fit, context_refusal
 from .engine import close_engine, local_devices, open_engine
 from .generation import Generation, RayDataParallel, SampleRequest, SamplingSettings, engine_max_model_len, stream_generate
 from .interrupt import EvalInterrupted, interrupted_message, sigint_follows
@@ -83,7 +84,8 @@ def run_config(run: PreparedRun, status: str, started: float, devices: Optional[
         "grading": {"grader": "rlhf_ext.rewards.MathGrader" if o.answer_type == "math" else "rlhf_ext.rewards.choice",
                     "timeout_s": o.grade_timeout, "workers": o.grader_workers, "require_anchor": o.require_anchor,
                     **({"answer_type": o.answer_type, "shuffle_options": o.shuffle_options}
-                       if o.answer_type != "math" else {})},
+                       if o.answer_type != "math" else {}),
+                    **({"verifier": o.verifier_settings().public()} if o.verifier_url else {})},
         "statistics": {"bootstrap_resamples": o.bootstrap_resamples, "bootstrap_seed": 0, "confidence": 0.95},
         "devices": devices,
         "versions": package_versions(),
@@ -141,6 +143,12 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
     existing = sample_log.read()  # read-only (a torn tail is skipped) until the directory checks out
     check_existing(run, existing)
     todo = missing_requests(run, existing)
+    if todo:  # before the run directory is written and before any engine loads
+        lengths = _prompt_lengths(todo)
+        if llm is None:
+            check_prompts_fit(o.model, lengths, o.max_tokens, o.max_model_len, o.trust_remote_code)
+        else:
+            _refuse_unfit(lengths, o.max_tokens, engine_max_model_len(llm))
     run.output.mkdir(parents=True, exist_ok=True)
     torn = sample_log.repair()
     if torn:
@@ -175,6 +183,13 @@ def execute(run: PreparedRun, log=print, llm=None, grader=None) -> dict:
             timing["generation_s"] = timing.get("generation_s", 0.0) + (time.monotonic() - t0)
             timing["sessions"] = timing.get("sessions", 0) + 1
             write_json_atomic(run.output / records.CONFIG_FILE, run_config(run, status, started, devices, timing))
+    verifier = o.verifier_settings()
+    if verifier is not None:  # on the finished samples: added to an old run too, asked once per sample
+        from .verifier import verify_run_dir
+
+        problems = {(p.task, p.id): p.text for td in run.tasks for p in td.problems}
+        stats = verify_run_dir(run.output, problems, verifier, log=log)
+        log(f"evalkit: {stats.line()}")
     all_records = SampleLog(run.output / records.SAMPLES_FILE).read()
     config = read_json(run.output / records.CONFIG_FILE)
     # maj@n groups equivalent answers with the grader's own test, under the run's grading settings
@@ -239,12 +254,8 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
         else:
             max_len = engine_max_model_len(llm)
             devices = local_devices(o)
-        longest = max(len(r.token_ids) for r in todo)
-        if longest + o.max_tokens > max_len:
-            raise ValueError(f"the longest prompt ({longest} tokens) plus --max-tokens {o.max_tokens} exceeds the "
-                             f"model's context of {max_len} tokens; lower --max-tokens to at most "
-                             f"{max_len - longest} or raise --max-model-len, so that no response is cut short "
-                             "by the context instead of by --max-tokens")
+        # checked from the config before the engine loaded; this catches a derivation that differs from vLLM's
+        _refuse_unfit(_prompt_lengths(todo), o.max_tokens, max_len)
         progress = Progress(len(todo), len(problems), remaining, o.progress)
         sampling = SamplingSettings(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_tokens,
                                     top_k=o.top_k, min_p=o.min_p)
@@ -280,6 +291,21 @@ def _generate_and_grade(run: PreparedRun, todo: list[SampleRequest], sample_log:
             grader.close(wait=False)
         if engine is not None:
             close_engine(engine)
+
+
+def _prompt_lengths(todo: list[SampleRequest]) -> list[int]:
+    """The prompt length of each problem (its longest, when shuffled options give samples their own)."""
+    lengths: dict = {}
+    for r in todo:
+        key = (r.task, r.problem_id)
+        lengths[key] = max(lengths.get(key, 0), len(r.token_ids))
+    return list(lengths.values())
+
+
+def _refuse_unfit(lengths: list[int], max_tokens: int, engine_len: int) -> None:
+    message = context_refusal(lengths, max_tokens, ModelContext(engine_len, engine_len, "", fixed=True))
+    if message:
+        raise ValueError(message)
 
 
 def _grade_structured(text: str, problem: Problem, shown, require_anchor: bool):

@@ -15,8 +15,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from . import choice_metrics, records, voting
-from .metrics import (bootstrap_ci, bootstrap_indices, majority_vote, paired_difference, pass_at_k,
-                      pass_k_values, percentile)
+from .metrics import (G_PASS_THRESHOLDS, bootstrap_ci, bootstrap_indices, g_pass_at_k, majority_vote, mg_pass_at_k,
+                      paired_difference, pass_at_k, pass_k_values, percentile)
 from .records import RunDirError, SampleLog, read_json
 from .voting import AnswerEquivalence
 
@@ -97,6 +97,12 @@ def _task_summary(scores: ProblemScores, recs: list[dict], expected_problems: in
     out["pass@k"] = {str(k): _metric(np.array([pass_at_k(int(ni), int(ci), k) for ni, ci in zip(n, c)]), idx)
                      for k in pass_k_values(n_samples) if k <= k_max}
     out["maj@n"] = _metric(np.asarray(scores.maj), idx)
+    # Stability across samples (arXiv 2412.13147): k >= 2 only, G-Pass@1 being avg@n at every tau.
+    g_ks = [k for k in pass_k_values(n_samples) if 2 <= k <= k_max]
+    out["g-pass@k"] = {str(k): {str(t): _metric(np.array([g_pass_at_k(int(ni), int(ci), k, t) for ni, ci in zip(n, c)]),
+                                                   idx) for t in G_PASS_THRESHOLDS} for k in g_ks}
+    out["mg-pass@k"] = {str(k): _metric(np.array([mg_pass_at_k(int(ni), int(ci), k) for ni, ci in zip(n, c)]), idx)
+                        for k in g_ks}
     lengths = [int(r["response_tokens"]) for r in recs]
     out["truncation_rate"] = float(np.mean([bool(r["truncated"]) for r in recs]))
     out["response_tokens"] = {"mean": float(np.mean(lengths)), "p50": percentile(lengths, 50),
@@ -158,7 +164,17 @@ def summarize(records_: Sequence[dict], config: dict, equivalence: Optional[Answ
         "confidence": 0.95,
         "bootstrap_resamples": resamples,
         "tasks": tasks,
+        **_cascade(records_, config, equivalence),
     }
+
+
+def _cascade(records_: Sequence[dict], config: dict, equivalence: AnswerEquivalence) -> dict:
+    """``{"cascade": ...}`` when a verifier judged some samples (:mod:`.verifier`), else nothing."""
+    from .verifier import cascade_section, has_verdicts
+
+    if not has_verdicts(records_):
+        return {}
+    return {"cascade": cascade_section(records_, lambda recs: summarize(recs, config, equivalence)["tasks"])}
 
 
 def _pct(m: Optional[dict]) -> str:
@@ -214,13 +230,35 @@ def render_markdown(summary: dict) -> str:
         if g.get("gold_unparsed_problems"):
             notes.append(f"- {task}: the gold answer of {g['gold_unparsed_problems']} problems could not be parsed "
                          "(those samples are scored wrong): check the dataset")
+    lines += _stability_markdown(summary)
     lines += _structured_markdown(summary, n)
+    from .verifier import cascade_markdown
+
+    lines += cascade_markdown(summary)
     if notes:
         lines += ["Notes:", *notes, ""]
     lines.append(f"avg@{n} is the mean accuracy over samples (DeepSeek-R1's pass@1); pass@k is the unbiased "
                  f"estimator of Chen et al. 2021; maj@{n} grades the majority answer, equivalent answers voting "
                  "together (ties split the credit).")
     return "\n".join(lines) + "\n"
+
+
+def _stability_markdown(summary: dict) -> list:
+    """G-Pass@k at tau 0.5 / 0.75 / 1 and mG-Pass@k, for the largest k below n (all k are in the JSON)."""
+    rows = []
+    for task, t in summary["tasks"].items():
+        ks = [int(k) for k in t.get("g-pass@k", {}) if int(k) < summary["n_samples"]]
+        if ks:
+            k = str(max(ks))
+            g = t["g-pass@k"][k]
+            rows.append("| " + " | ".join([task, k] + [_pct(g.get(str(tau))) for tau in (0.5, 0.75, 1.0)]
+                                         + [_pct(t["mg-pass@k"][k])]) + " |")
+    if not rows:
+        return []
+    return ["Stability (G-Pass@k_tau: at least ceil(tau k) of k samples drawn from the n are right; mG-Pass@k "
+            "averages tau over (0.5, 1]; arXiv 2412.13147):", "",
+            "| task | k | G-Pass@k 0.5 | G-Pass@k 0.75 | G-Pass@k 1.0 | mG-Pass@k |", "|---|---|---|---|---|---|",
+            *rows, ""]
 
 
 def _structured_markdown(summary: dict, n: int) -> list:

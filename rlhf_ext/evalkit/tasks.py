@@ -165,15 +165,20 @@ def _structured_problem(task: Task, row: dict, pid: str, question: str, answer, 
     in order), an optional ``pair_id``; the problem text shows the options after the question."""
     from rlhf_ext.rewards.choice import GoldFormatError, parse_structured_gold, render_options
 
-    if "options" not in row:
+    if "options" not in row and task.answer_type != "ranking":
         raise DataError(f"{where}: a {task.answer_type} task needs an 'options' field (a list, or an object "
                         "of label: text)")
+    spec = {"answer_type": task.answer_type, "answer": answer}
+    if "options" in row:
+        spec["options"] = row["options"]
     try:
-        gold = parse_structured_gold({"answer_type": task.answer_type, "options": row["options"], "answer": answer})
+        # a ranking without 'options' orders every option: its answer's labels are the options
+        gold = parse_structured_gold(spec)
     except GoldFormatError as exc:
         raise DataError(f"{where}: {exc}") from exc
     pair = row.get("pair_id")
-    return Problem(task=task.name, id=pid, text=render_options(question, gold.options),
+    text = render_options(question, gold.options) if "options" in row else question
+    return Problem(task=task.name, id=pid, text=text,
                    gold=json.dumps(gold.as_label(), ensure_ascii=False, separators=(",", ":")),
                    answer_type=task.answer_type, question=question, pair_id=None if pair is None else str(pair))
 

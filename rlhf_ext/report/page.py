@@ -54,7 +54,8 @@ def render_html(data: ReportData, title: Optional[str] = None, command: Optional
     dyn_parts, dyn_ids, smoothing = [], [], {}
     for pd in data.panels:
         if pd.empty:
-            dyn_parts.append(missing_div(pd.panel.id, pd.panel.title, pd.note))
+            if not pd.panel.only_if_logged:
+                dyn_parts.append(missing_div(pd.panel.id, pd.panel.title, pd.note))
             continue
         df: DynamicsFigure = dynamics_figure(pd, runs, colors, windows, default_window, unit)
         dyn_ids.append(df.div_id)

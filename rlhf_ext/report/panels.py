@@ -33,6 +33,9 @@ class Panel:
     """``"share"``: a share of samples or groups, drawn on [0, 1] (when every value lies there);
     ``"nonnegative"``: never below 0 (small token fractions, weights), the top fitted to the data;
     ``""``: plotly's autorange."""
+    only_if_logged: bool = False
+    """Left out of the page when no run logged it (a mode-specific panel, e.g. distillation), instead of a
+    "not logged" box."""
 
 
 def _generation_limit(run: RunRecord) -> Optional[Tuple[float, str]]:
@@ -88,6 +91,16 @@ PANELS: Tuple[Panel, ...] = (
           (("rlhf_ext/policy_lag",), ("rlhf_ext/policy_lag_max",)), line_labels=("mean", "max"),
           missing="Logged with --train.async_enable: the trainer's policy version minus the version that "
                   "generated the step's rollouts (0 by construction in synchronous runs; docs/run_records.md)."),
+    Panel("distillation", "Distillation", "per token",
+          (("train/distill/loss",), ("train/distill/reverse_kl_k1",), ("train/distill/reverse_kl_k3",)),
+          line_labels=("distillation loss", "reverse KL to the teacher (k1)", "reverse KL to the teacher (k3)"),
+          only_if_logged=True,
+          missing="Logged with --rlhf_ext.teacher (on-policy distillation, docs/distillation.md)."),
+    Panel("distillation_topk", "Distillation: teacher top-k", "mass / fraction",
+          (("train/distill/student_topk_mass",), ("train/distill/teacher_topk_mass",), ("train/distill/topk_overlap",)),
+          line_labels=("student top-k mass", "teacher top-k mass", "top-k overlap"), y_scale="share",
+          only_if_logged=True,
+          missing="Logged with --rlhf_ext.teacher and --rlhf_ext.distill.loss_mode forward_kl_topk."),
     # Mechanism panels: the evidence a claim about why a recipe works cites.
     Panel("zero_variance", "Zero-variance prompt groups (no gradient signal)", "fraction of groups",
           (("rlhf_ext/zero_variance_group_frac_before_filter", "train/zero_variance_group_frac"),), y_scale="share",

@@ -59,6 +59,8 @@ from .choice_rewards import (choice_accuracy_reward, grade_mixed, parse_failure_
 from .composite import REWARD_PRESETS, RewardBreakdown, WeightedReward, parse_reward_spec
 from .config import RewardConfig, reward_config_from_env
 from .openrlhf_protocol import RewardScorer, recover_response
+from .verifier_cascade import (Candidate, CascadeStats, VerifierCascade, VerifierSettings, VerifierVerdict,
+                               cascade_correct, parse_verdict, verify_grades)
 
 
 def __getattr__(name):
@@ -131,6 +133,14 @@ __all__ = [
     "reward_config_from_env",
     "RewardScorer",
     "recover_response",
+    "VerifierSettings",
+    "VerifierCascade",
+    "VerifierVerdict",
+    "CascadeStats",
+    "Candidate",
+    "cascade_correct",
+    "parse_verdict",
+    "verify_grades",
     "reward_file_path",
     "verl_reward_file_path",
     "resolve_remote_url",

@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from .answer_forms import NUMBER_WORD
+
 # An answer longer than this is not a final answer; capping keeps every later step cheap.
 MAX_ANSWER_CHARS = 2000
 
@@ -42,7 +44,8 @@ _BARE_TRAILING = ".,;:!?"
 ANSWER_PHRASE = re.compile(r"(?i)\b(?:final\s+answer|answer)\s*(?:is\b\s*:?|:)[ \t]*")
 _EMPTY_BOX = re.compile(r"\$*\s*\\(?:boxed|fbox)\s*\{\s*\}\s*\$*")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)")
-_NUMBER_THEN_WORDS = re.compile(r"^([+-]?(?:\d[\d,]*)?\.?\d+)(?:\s+[A-Za-z][A-Za-z.]*)+$")
+# "42 apples", "14 (since T = 12)": a number, then words or a remark in parentheses
+_NUMBER_THEN_WORDS = re.compile(r"^([+-]?(?:\d[\d,]*)?\.?\d+)(?:\s+[A-Za-z][A-Za-z.]*|\s*\([^()]{1,80}\))+$")
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def find_last_boxed(text: str) -> Optional[str]:
 # "or", and the variable each box names ("x = \\boxed{1} or x = \\boxed{-2}").
 _BOX_GAP = re.compile(
     r"(?:\s|\$|[,;&]|\\\\|\\[()\[\]]|\\(?:q?quad|[,;:! ])|~|\b(?:and|or)\b"
-    r"|\\(?:text|mathrm|textrm)\s*\{\s*(?:,|and|or)?\s*\}"
+    r"|\\(?:text|mathrm|textrm)\s*\{[^{}$.]{0,40}(?:,|\band|\bor)\s*\}"
     r"|(?<![A-Za-z\\])[A-Za-z](?:_\{?\w{1,8}\}?)?\s*=)*"
 )
 _MAX_BOX_GAP = 80
@@ -156,6 +159,30 @@ def find_final_boxes(text: str) -> List[str]:
     if not boxes:
         return []
     return [content for _, _, content in _final_group(text, boxes)]
+
+
+# math-verify's rule for the boxes of one answer (latex2sympy2_extended, math_normalization.py,
+# extract_boxed_content): under 10 characters apart, or under 70 with a separator between them
+_LIST_SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
+
+
+def find_gold_boxes(text: str) -> List[str]:
+    """Contents of every box of a gold's final answer: as :func:`find_final_boxes`, and also the boxes
+    that a few words divide from the last (``\\boxed{1} papers and \\boxed{2} bins``), joined as
+    math-verify joins a gold's boxes (within 10 characters, or 70 with "and" / "or" / "," / ";"
+    between them): a gold does not hedge, so those boxes are all part of its answer."""
+    boxes = _complete_boxes(text)
+    if not boxes:
+        return []
+    group = _final_group(text, boxes)
+    for box in reversed(boxes[: len(boxes) - len(group)]):
+        gap = text[box[1] : group[0][0]]
+        joined = len(gap) < 10 or (len(gap) < 70 and box[2].strip() != group[0][2].strip()
+                                   and _LIST_SEPARATOR.search(gap))
+        if len(group) >= _MAX_PARTS or not joined:
+            break
+        group.insert(0, box)
+    return [content for _, _, content in group]
 
 
 # One final answer has at most this many parts (boxes, or math items in the fallback).
@@ -348,14 +375,82 @@ def _search_answer(text: str, require_anchor: bool) -> Optional[AnswerCandidate]
         if answer is not None and answer.raw:
             return answer
     boxes = find_final_boxes(text)
+    found = AnswerCandidate(join_boxes(boxes), "boxed") if boxes else _phrase_or_gsm8k(text)
     if boxes:
-        return AnswerCandidate(join_boxes(boxes), "boxed")
-    found = _phrase_or_gsm8k(text)
-    if found is None and not require_anchor:
+        found = _final_answer_after_boxes(text) or found
+    if require_anchor:
+        return found
+    if found is None:
         last = find_last_expression(text)
-        if last is not None:
-            found = AnswerCandidate(last, "fallback")
-    return found
+        if last is None:
+            return None
+        found = AnswerCandidate(last, "fallback")
+    return _value_stated_after(text, found) or found
+
+
+_FINAL_ANSWER = re.compile(r"(?i)final\s+answer")
+
+
+def _final_answer_after_boxes(text: str) -> Optional[AnswerCandidate]:
+    """A "final answer is X" phrase written after the last box (Minerva's "Final Answer: The final
+    answer is $10,455$." after boxed intermediate results) states the answer, when X is math."""
+    phrase_at = max(text.rfind("inal answer"), text.rfind("inal Answer"), text.rfind("INAL ANSWER"))
+    if phrase_at < 0:
+        return None  # the common case, without a second pass over the boxes
+    last_box_end = _complete_boxes(text)[-1][1]
+    if phrase_at < last_box_end:
+        return None
+    last = None
+    for m in ANSWER_PHRASE.finditer(text, last_box_end):
+        last = m
+    if last is None or not _FINAL_ANSWER.search(text, max(last_box_end, last.start() - 16), last.end()):
+        return None
+    after = text[last.end() : last.end() + MAX_ANSWER_CHARS].lstrip(" \t*:")
+    if not after.startswith(("$", "\\(", "\\[")):
+        return None  # only a math span: "the final answer is correct" states nothing
+    value = _phrase_answer(after)
+    if not value or "\\boxed" in value or not re.search(r"\d", value):
+        return None
+    return AnswerCandidate(value, "phrase")
+
+
+# "T = 12", "A=49": a letter given a number in the text
+_GIVEN_VALUE = re.compile(r"(?<![A-Za-z\\])([A-Za-z])\s*=\s*[+-]?\d")
+_FREE_LETTER = re.compile(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])")
+# what is no unknown in a formula: text (units) and command names (\\sqrt, \\pi), not their arguments
+_BRACED_COMMAND = re.compile(r"\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{[^{}]*\}|\\[A-Za-z]+")
+
+
+def _value_stated_after(text: str, found: AnswerCandidate) -> Optional[AnswerCandidate]:
+    """Evaluation mode: an anchored answer that is a formula in letters the text gives numbers to
+    (``$2+T$`` with ``T = 12`` stated, ``12(\\sqrt{A}-5)`` with ``A = 49``) is an intermediate
+    expression when a number is written after it ("..., that is 14."): that number is the answer.
+    A formula whose letters are unknowns (``x^2+1``) stays the answer: each letter must be given a
+    number before the formula, or be a capital (a named constant, ``T``, ``A``) given one anywhere;
+    "The answer is $x^2+1$. At x = 1 it is 2." keeps ``x^2+1``. A boxed answer is never replaced."""
+    if found.source not in ("phrase", "fallback"):
+        return None
+    letters = set(_FREE_LETTER.findall(_BRACED_COMMAND.sub(" ", found.raw)))
+    if not letters or "=" in found.raw or len(found.raw) > 200:
+        return None
+    tail = text[-_FALLBACK_TAIL:]
+    at = tail.rfind(found.raw)
+    if at < 0:
+        return None
+    before = set(_GIVEN_VALUE.findall(tail, 0, at))
+    anywhere = before | set(_GIVEN_VALUE.findall(tail, at))
+    if not all(c in before or (c.isupper() and c in anywhere) for c in letters):
+        return None
+    after = tail[at + len(found.raw):]
+    last = _last_math_group(after)
+    if last is None:
+        # "..., which equals fourteen.": the number in words, in the sentence right after the formula
+        sentence = _SENTENCE_BREAK.split(after, 1)[0][:200]
+        words = NUMBER_WORD.findall(sentence)
+        return AnswerCandidate(words[-1], "fallback") if words else None
+    if _FREE_LETTER.search(_BRACED_COMMAND.sub(" ", last[0])) or not re.search(r"\d", last[0]):
+        return None
+    return AnswerCandidate(last[0], "fallback")
 
 
 # --- the fallback without an anchor ------------------------------------------------------------
@@ -364,7 +459,13 @@ def _search_answer(text: str, require_anchor: bool) -> Optional[AnswerCandidate]
 _MATH_DELIM = re.compile(r"\\\\|\\\$|\$\$|\$|\\\(|\\\)|\\\[|\\\]")
 _CLOSES = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 # A number written as prose, not a digit inside LaTeX (``\\frac{1}{2}``, ``x^2``, ``a_1``).
-_LAST_NUMBER = re.compile(r"(?<![\w.\\{^_/])[+-]?\d+(?:[.,]\d+)*(?:\s*/\s*\d+(?:\.\d+)?)?(?![\w}^/])")
+_LAST_NUMBER = re.compile(
+    r"(?<![\w.\\{^_/])[+-]?(?:[1-9]\d{0,2}(?: \d{3})+(?![\d.,])|\d+(?:[.,]\d+)*|\.\d+)"
+    r"(?:\s*/\s*\d+(?:\.\d+)?)?(?:(?![\w}^/])|(?=(?:[kcm]?m|[km]?g|m?[lL])[²³]?(?![\w}^/])))")
+# a fraction in LaTeX in a text with no math delimiter at all ("so x is \frac{10}{9}"); in a text with
+# delimiters it is inside a span (or inside one that never closes: a truncated answer, no answer)
+_BARE_FRACTION = re.compile(r"[+-]?\\[dt]?frac\{[^{}$]{1,40}\}\{[^{}$]{1,40}\}")
+_ANY_DELIM = re.compile(r"(?<!\\)\$|\\[(\[]|\\begin\s*\{|&=|\\\\")
 _FALLBACK_TAIL = 4 * MAX_ANSWER_CHARS
 
 
@@ -396,16 +497,30 @@ def _math_items(text: str) -> List[tuple]:
     items, pos = [], 0
     for span in spans + [(len(text), len(text), None)]:
         items.extend((m.start(), m.end(), m.group()) for m in _LAST_NUMBER.finditer(text, pos, span[0]))
+        if not spans and "frac" in text and not _ANY_DELIM.search(text):
+            items.extend((m.start(), m.end(), m.group()) for m in _BARE_FRACTION.finditer(text, pos, span[0]))
+            items.sort()
         if span[2] is not None:
             items.append(span)
         pos = max(pos, span[1])
     return items
 
 
+_LONE_SYMBOL = re.compile(r"^(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w{1,8}\}?)?$")
+_SENTENCE_BREAK = re.compile(r"[.!?](?:\s|$)|\n")
+# between a number and the variable it counts: "14 possible values of $n$", "3 solutions for $x$"
+_COUNTED_BY = re.compile(r"[ \t]+[A-Za-z][A-Za-z \t-]{0,40}\b(?:of|for)[ \t]*\$*")
+
+
 def _last_math_group(text: str) -> Optional[tuple]:
     """(answer, end): the last math item of ``text`` with the items just before it that only separators
     divide from it (``$2$ and $5$`` -> ``2, 5``), and where it ends; None without math."""
     items = _math_items(text)
+    # "there are 14 possible values of $n$": a lone variable named after a number of the same
+    # sentence is what the number counts, not the answer
+    while len(items) > 1 and _LONE_SYMBOL.match(items[-1][2]) and re.search(r"\d", items[-2][2]) \
+            and _COUNTED_BY.fullmatch(text, items[-2][1], items[-1][0]):
+        items.pop()
     if not items:
         return None
     group = _final_group(text, items)

@@ -9,6 +9,7 @@ from fractions import Fraction
 from typing import Optional
 
 from .answer_finding import MAX_ANSWER_CHARS, strip_math_delimiters
+from .answer_forms import number_word
 from .answer_spelling import answer_spelling, brace_operator_arguments, decimal_comma
 
 _TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
@@ -67,5 +68,5 @@ def normalize_answer(raw: str) -> str:
     # digits that spacing separates are not one number (math-verify reads "2 3" as a product): the key
     # keeps them apart, so that it never shows a number the grader did not grade
     s = "".join(_DIGIT_SPACE.sub("\0", s).split()).replace("\0", " ")
-    number = _canonical_number(s)
+    number = _canonical_number(s) or number_word(s)  # "fourteen" votes with "14"
     return number if number is not None else s

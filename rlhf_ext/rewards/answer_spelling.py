@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
+from .answer_forms import other_forms
+
 # A thousands group separated by LaTeX spacing: thin space \, (and \! \; \: \> "\ " ~ \thinspace),
 # or the {,} that keeps a comma from adding space. Groups after the first have exactly three
 # digits, and the first does not start with 0, so "3{,}5" and "0{,}125" (decimal commas) and
@@ -133,7 +135,8 @@ _NUMBER = r"[+-]?(?:\d+(?:[.,]\d+)*|\.\d+)"
 _NUMBER_UNIT = re.compile(
     r"^(" + _NUMBER + r")(?:" + _UNIT_SEP + r"*(?:" + _UNIT_LONG + r"|\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?:"
     + _UNIT_LONG + r"|" + _UNIT_SHORT + r")\s*\})|" + _UNIT_SEP + r"+" + _UNIT_SHORT + r")" + _UNIT_POWER + r"$")
-_CURRENCY_NUMBER = re.compile(r"^(?:\\\$|\$|€|£|¥|\\euro)" + _UNIT_SEP + r"*(" + _NUMBER + r")$")
+_CURRENCY_NUMBER = re.compile(r"^(?:\\\$|\$|€|£|¥|\\euro|\\textdollar\b"
+                              r"|\\(?:text|mathrm|textrm)\s*\{\s*\\\$\s*\})" + _UNIT_SEP + r"*(" + _NUMBER + r")$")
 # "2,74": a decimal comma (the digits after it are not a group of three, or the number starts with 0).
 _DECIMAL_COMMA = re.compile(r"^([+-]?)(\d+),(\d+)$")
 
@@ -172,9 +175,14 @@ def latex_for_math_verify(answer: str) -> str:
     return brace_operator_arguments(answer_spelling(answer))
 
 
-def answer_readings(answer: str) -> List[str]:
-    """Every reading of an answer for math-verify: one, or for an ambiguous ``2,74`` two -- the
-    decimal comma (2.74) first, then the pair {2, 74}. The gold decides which was meant."""
+def answer_readings(answer: str, gold: bool = False) -> List[str]:
+    """Every reading of an answer (``gold``: of a gold) for math-verify: one, or for an ambiguous
+    ``2,74`` two -- the decimal comma (2.74) first, then the pair {2, 74} -- or the other forms of
+    the same answer (:func:`~rlhf_ext.rewards.answer_forms.other_forms`: a percentage and its
+    number, a text-wrapped option list, an equation naming the quantity, separate sets). Some
+    reading of the answer equal to some reading of the gold is a right answer."""
     written = latex_for_math_verify(answer)
     decimal = decimal_comma(written)
-    return [decimal, written] if decimal is not None else [written]
+    if decimal is not None:
+        return [decimal, written]
+    return other_forms(written, gold) or [written]

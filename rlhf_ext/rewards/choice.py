@@ -1,15 +1,11 @@
 """Choice and ranking answers: the gold format, extraction from model text, and grading.
 
-Answer types beside ``math`` (which :class:`~rlhf_ext.rewards.MathGrader` grades):
-
-* ``choice`` -- pick one of several labelled options (GPQA-style multiple choice, "which of these
-  configurations ends up better");
-* ``ranking`` -- order every option, best first (``C > A > B``).
-
-A gold answer of these types is a mapping (or its JSON text) ``{"answer_type": "choice" | "ranking",
-"options": [...] | {label: text}, "answer": "B" | ["C", "A", "B"]}``; a list of options is
-lettered ``A``, ``B``, ... in order. Without ``answer_type`` a list answer means ``ranking`` and a
-single label ``choice``. Anything else is a math gold (:func:`parse_structured_gold` returns None).
+Beside ``math`` (:class:`~rlhf_ext.rewards.MathGrader`): ``choice`` picks one of several labelled
+options (GPQA-style); ``ranking`` orders every option, best first (``C > A > B``). A gold is a
+mapping (or its JSON text) ``{"answer_type": "choice" | "ranking", "options": [...] | {label: text},
+"answer": "B" | ["C", "A", "B"]}``; listed options are lettered ``A``, ``B``, ... in order; a ranking
+without ``options`` takes its answer's labels (:func:`ranking_options`). Without ``answer_type`` a
+list answer means ``ranking``, a label ``choice``; anything else is a math gold (None).
 
 Where the final answer is looked for follows the math rules of :mod:`.extraction` (the anchor wins
 over letters mentioned while reasoning), first hit wins:
@@ -124,7 +120,7 @@ class StructuredGold:
 def _looks_structured(gold) -> Optional[Mapping]:
     if isinstance(gold, Mapping):
         return gold
-    if isinstance(gold, str) and '"options"' in gold:  # (a math gold, long or short, fails here, uncopied)
+    if isinstance(gold, str) and ('"options"' in gold or '"answer_type"' in gold or '"answer"' in gold):
         s = gold.strip()
         if s.startswith("{") and s.endswith("}"):
             try:
@@ -148,15 +144,35 @@ def parse_structured_gold(gold, answer_type: Optional[str] = None) -> Optional[S
                                   f"{str(gold)[:80]!r}")
         return None
     kind = spec.get("answer_type", answer_type)
-    if "options" not in spec or "answer" not in spec:
-        raise GoldFormatError("a choice/ranking gold needs both 'options' and 'answer'")
+    if "options" not in spec and kind is None and not isinstance(spec.get("answer"), (list, tuple)):
+        return None  # {"answer": "42"}: no sign of a choice or a ranking
+    if "answer" not in spec:
+        raise GoldFormatError("a choice/ranking gold needs an 'answer'")
     answer = spec["answer"]
     if kind is None:
         kind = "ranking" if isinstance(answer, (list, tuple)) else "choice"
     if kind not in STRUCTURED_TYPES:
         raise GoldFormatError(f"answer_type must be one of {', '.join(STRUCTURED_TYPES)}, got {kind!r}")
-    options = parse_options(spec["options"])
+    if "options" not in spec and kind == "choice":
+        raise GoldFormatError("a choice gold needs 'options' (the answer names one of them)")
+    options = parse_options(spec["options"]) if "options" in spec else ranking_options(answer)
     return StructuredGold(kind, options, _gold_answer(kind, answer, options))
+
+
+_RANK_SEPARATOR = re.compile(r"\s*(?:>|≻|,|;|\s)\s*")
+
+
+def ranking_options(answer) -> Options:
+    """A ranking gold's options when it names none: the labels its answer orders (a ranking orders
+    every option once), sorted: ``["C", "A", "B"]`` / ``"C > A > B"`` -> A, B, C without texts."""
+    if not isinstance(answer, (str, list, tuple)):
+        raise GoldFormatError(f"a ranking answer is a list of labels, got {type(answer).__name__}")
+    labels = ([t for t in _RANK_SEPARATOR.split(answer.strip()) if t] if isinstance(answer, str)
+              else [str(a).strip() for a in answer])
+    repeated = sorted({lab for lab in labels if labels.count(lab) > 1})
+    if repeated:
+        raise GoldFormatError(f"ranking answer {answer!r} repeats {', '.join(repeated)} (no 'options' given)")
+    return parse_options({lab: "" for lab in sorted(labels)})
 
 
 def _gold_answer(kind: str, answer, options: Options) -> Tuple[str, ...]:

@@ -40,6 +40,8 @@ REWARD_PRESETS: Dict[str, str] = {
 # Keyword arguments the combination itself passes; options may not use these names.
 _RESERVED = {"completions", "solution", "grades", "grader", "truncated", "completion_lengths", "completion_ids"}
 
+_NO_OPTIONS: Mapping[str, Any] = {}
+
 FLAG_NAMES = ("no_answer", "gold_unparsed", "timeout", "grade_error", "truncated", "reward_error")
 
 
@@ -147,6 +149,12 @@ class WeightedReward:
 
     @property
     def grader(self) -> MathGrader:
+        return self._live_grader()
+
+    def _live_grader(self) -> MathGrader:
+        grader = self._grader  # the usual case, read without the lock that OpenRLHF's threads would queue on
+        if grader is not None and not grader.closed:
+            return grader
         with self._lock:
             if self._grader is None or self._grader.closed:
                 self._grader = MathGrader(timeout=self._timeout, workers=self._workers)
@@ -182,26 +190,26 @@ class WeightedReward:
                           ("grades", grades)):
             if seq is not None and len(seq) != n:
                 raise ValueError(f"got {n} completions but {len(seq)} entries in {what}")
+        # OpenRLHF calls once per sample: a comprehension per flag, not an index store per flag and sample
         flags = {name: [0.0] * n for name in FLAG_NAMES}
         if truncated is not None:
             flags["truncated"] = [1.0 if t else 0.0 for t in truncated]
         if grades is None and self.uses_correctness:
-            grades = self.grade(texts, solution)
+            grades = self._grade_texts(texts, solution)
         if grades is not None:
             grades = list(grades)
-            for i, g in enumerate(grades):
-                flags["no_answer"][i] = 1.0 if g.extracted is None else 0.0
-                flags["gold_unparsed"][i] = 1.0 if not g.gold_parsed and not g.timeout else 0.0
-                flags["timeout"][i] = 1.0 if g.timeout else 0.0
-                flags["grade_error"][i] = 1.0 if g.error and not g.timeout and g.gold_parsed else 0.0
+            flags["no_answer"] = [1.0 if g.extracted is None else 0.0 for g in grades]
+            flags["gold_unparsed"] = [1.0 if not g.gold_parsed and not g.timeout else 0.0 for g in grades]
+            flags["timeout"] = [1.0 if g.timeout else 0.0 for g in grades]
+            flags["grade_error"] = [1.0 if g.error and not g.timeout and g.gold_parsed else 0.0 for g in grades]
         rewards = [0.0] * n
         components: Dict[str, List[float]] = {}
         for (name, weight), entry in zip(self.weights, self.entries):
             try:
                 values = entry.fn(texts, solution=solution, grades=grades, truncated=truncated,
-                                  completion_lengths=completion_lengths, **self.options.get(name, {}))
+                                  completion_lengths=completion_lengths, **self.options.get(name, _NO_OPTIONS))
                 values = [float(v) for v in values]
-                if len(values) != n or not all(math.isfinite(v) for v in values):
+                if len(values) != n or not all(map(math.isfinite, values)):
                     raise ValueError(f"returned {len(values)} values for {n} completions, or a non-finite value")
             except Exception as exc:  # a broken reward must not crash the training step
                 logger.error("rlhf_ext reward %r failed on a batch of %d: %s: %s", name, n, type(exc).__name__, exc)
@@ -217,8 +225,13 @@ class WeightedReward:
         by the grader's workers. Raises ``ValueError`` without golds."""
         if solution is None:
             raise ValueError(f"{self!r} needs gold answers: pass solution=[...]")
-        texts = completion_texts(completions)
-        return choice_rewards.grade_mixed(texts, list(solution), lambda: self.grader) if texts else []
+        return self._grade_texts(completion_texts(completions), solution)
+
+    def _grade_texts(self, texts: List[str], solution: Optional[Sequence]) -> List[GradeResult]:
+        """:meth:`grade` for texts already taken out of their completions."""
+        if solution is None:
+            raise ValueError(f"{self!r} needs gold answers: pass solution=[...]")
+        return choice_rewards.grade_mixed(texts, list(solution), self._live_grader) if texts else []
 
     def score_many(self, batches: Sequence[Mapping[str, Any]]) -> List[Union[RewardBreakdown, Exception]]:
         """Score several batches at once: for each, what ``self(**batch)`` returns, or the exception it

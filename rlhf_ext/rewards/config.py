@@ -15,6 +15,8 @@ variable                        meaning                                         
 ``RLHF_EXT_REWARD_OPTIONS``     JSON options per reward, ``{"cosine": {"max_len": 2000}}``  none
 ``RLHF_EXT_REWARD_EOS``         JSON list (or comma list) of end-of-sequence strings         common ones
 ``RLHF_EXT_REWARD_TOKENIZER``   local tokenizer path: its EOS/special tokens, token lengths  none
+``RLHF_EXT_REWARD_VERIFIER``    JSON ``{"url": ..., "model": ...}``: the verifier cascade   off
+                                (opt-in; :mod:`.verifier_cascade`)
 ==============================  ==========================================================  =========
 """
 
@@ -32,7 +34,8 @@ ENV_WORKERS = "RLHF_EXT_REWARD_WORKERS"
 ENV_OPTIONS = "RLHF_EXT_REWARD_OPTIONS"
 ENV_EOS = "RLHF_EXT_REWARD_EOS"
 ENV_TOKENIZER = "RLHF_EXT_REWARD_TOKENIZER"
-ENV_VARS = (ENV_REWARD, ENV_TIMEOUT, ENV_WORKERS, ENV_OPTIONS, ENV_EOS, ENV_TOKENIZER)
+ENV_VERIFIER = "RLHF_EXT_REWARD_VERIFIER"
+ENV_VARS = (ENV_REWARD, ENV_TIMEOUT, ENV_WORKERS, ENV_OPTIONS, ENV_EOS, ENV_TOKENIZER, ENV_VERIFIER)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class RewardConfig:
     options: Mapping[str, Mapping] = field(default_factory=dict)
     eos_tokens: Optional[Tuple[str, ...]] = None
     tokenizer: Optional[str] = None
+    # the verifier cascade's settings (url, model, timeout, concurrency, max_tokens...); None: rules only
+    verifier: Optional[Mapping] = None
 
     def validate(self) -> "RewardConfig":
         """Raise ``ValueError`` naming the problem (unknown reward, bad weight, bad option...); start nothing."""
@@ -59,6 +64,10 @@ class RewardConfig:
         if self.eos_tokens is not None and (not all(isinstance(t, str) and t for t in self.eos_tokens)):
             raise ValueError(f"eos_tokens must be non-empty strings, got {self.eos_tokens!r}")
         WeightedReward(self.reward, options=self.options, timeout=self.timeout, workers=self.workers)
+        if self.verifier is not None:
+            from .verifier_cascade import VerifierSettings
+
+            VerifierSettings.from_mapping(dict(self.verifier))
         return self
 
     def to_env(self) -> Dict[str, str]:
@@ -72,6 +81,8 @@ class RewardConfig:
             env[ENV_EOS] = json.dumps(list(self.eos_tokens))
         if self.tokenizer:
             env[ENV_TOKENIZER] = self.tokenizer
+        if self.verifier is not None:
+            env[ENV_VERIFIER] = json.dumps(dict(self.verifier))
         return env
 
 
@@ -129,6 +140,11 @@ def reward_config_from_env(environ: Optional[Mapping[str, str]] = None) -> Rewar
         kwargs["eos_tokens"] = _parse_eos(get(ENV_EOS))
     if get(ENV_TOKENIZER):
         kwargs["tokenizer"] = get(ENV_TOKENIZER)
+    if get(ENV_VERIFIER):
+        try:
+            kwargs["verifier"] = json.loads(get(ENV_VERIFIER))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{ENV_VERIFIER} is not valid JSON: {exc}") from None
     config = RewardConfig(**kwargs)
     try:
         return config.validate()

@@ -27,11 +27,15 @@ comma ``2,74`` has two: workers) and that reading is, in full, one of
 * a sum of up to 6 such terms and integers or fractions: ``1+2\\sqrt{3}``, ``18+2\\pi``,
   ``\\frac{1}{2}+1``, ``\\sqrt{2}-1`` (radicands up to 1e8, reduced to their square-free part);
 * a parenthesised tuple of 2 to 8 of those exact numbers (no decimals or percentages):
-  ``(8,-2)``, ``\\left( \\frac{3}{2}, -13 \\right)``, ``(-\\sqrt{3}, \\sqrt{3})``.
+  ``(8,-2)``, ``\\left( \\frac{3}{2}, -13 \\right)``, ``(-\\sqrt{3}, \\sqrt{3})``;
+* exact arithmetic on those (issue 41), read by :mod:`.exact_expressions`' parser (never evaluated):
+  ``(\\frac{1}{2})+1``, ``-(2)``, ``\\frac{1+\\sqrt{5}}{2}``, ``\\frac{1}{\\sqrt{3}}``, ``2\\cdot 3``,
+  ``\\frac{1}{2}\\pi``, ``1/2/3``; with a decimal in it only decided wrong, far from the gold;
+* a set of up to 8 exact numbers against a set (:mod:`.exact_sets`): ``\\{1, -2\\}``.
 
-Anything else -- ``5.``, ``1e5``, ``x = 5``, ``\\text{5}``, ``$5$``, ``\\frac{1}{\\sqrt{3}}``,
-``\\sqrt{3}2``, an interval with a bracket or infinity, a set, spaces inside a number -- goes to the
-workers.
+Anything else -- ``5.``, ``1e5``, ``x = 5``, ``\\text{5}``, ``$5$``, ``2(3)`` (a mixed number to
+math-verify), ``\\sqrt{3}2``, an interval with a bracket or infinity, a set against anything but a set,
+spaces inside a number -- goes to the workers.
 
 Roots, pi, sums and tuples (:class:`ExactSum`, :func:`exact_tuple`) are compared as math-verify's
 sympy comparison ends for exact numbers: equal values are equal (``simplify(gold - answer)`` is 0;
@@ -77,6 +81,9 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Dict, Optional
 
+from .exact_expressions import expression_value, square_free
+from .exact_sets import ExactSet, exact_set, sets_equal
+from .answer_forms import rounding_digits
 from .extraction import answer_readings, find_answer_candidate, normalize_answer
 
 # A number the fast path reads is short; longer answers are not even looked at.
@@ -195,6 +202,8 @@ class ExactSum:
     terms: tuple
     kind: str = "sum"
     percent: bool = False
+    # written with a decimal (math-verify: a sympy Float): only decided wrong, far from the other side
+    decimal: bool = False
 
     def approx(self) -> float:
         return sum(float(c) * (math.pi if b == 0 else math.sqrt(b)) for b, c in self.terms)
@@ -202,22 +211,14 @@ class ExactSum:
 
 def _square_free(n: int):
     """(k, m) with n = k*k*m and m square-free; None when n is too large to factor here."""
-    if n > _SUM_MAX_RADICAND:
-        return None
-    k, f = 1, 2
-    while f * f <= n:
-        while n % (f * f) == 0:
-            n //= f * f
-            k *= f
-        f += 1
-    return k, n
+    return None if n > _SUM_MAX_RADICAND else square_free(n)
 
 
 def _terms(number) -> Optional[Dict[int, Fraction]]:
     """The exact value of an :class:`ExactNumber` (not a Float or percentage) or :class:`ExactSum` as
     {basis: coefficient}, zero coefficients left out; None when it cannot be written so here."""
     if isinstance(number, ExactSum):
-        return dict(number.terms)
+        return None if number.decimal else dict(number.terms)
     if number.kind == "float" or number.percent:
         return None
     basis, coefficient = (0 if number.pi else 1), number.value
@@ -298,10 +299,21 @@ def _radical(text: str) -> Optional[ExactNumber]:
 
 def exact_number(reading: str, gold: bool = False) -> Optional[ExactNumber]:
     """The number one reading (:func:`answer_readings`) of an answer or gold denotes, as math-verify
-    holds it, or None when it is not a plain number of the forms in the module docstring."""
+    holds it, or None when it is not a plain number of the forms in the module docstring or exact
+    arithmetic on them (:mod:`.exact_expressions`)."""
     if not reading or len(reading) > MAX_FAST_CHARS:
         return None
     text = reading.strip()
+    found = _written_number(text, gold)
+    if found is not None:
+        return found
+    value = expression_value(text)
+    if value is None:
+        return None
+    return ExactSum(tuple(sorted(value[0].items())), decimal=value[1])
+
+
+def _written_number(text: str, gold: bool):
     if "+" in text[1:] or "-" in text[1:]:
         found = _exact_sum(text)
         if found is not None or "{" not in text:
@@ -355,6 +367,8 @@ def _sums_equal(gold, answer) -> Optional[bool]:
     """Sums of rationals, square roots and multiples of pi: equal term by term (square roots of distinct
     square-free numbers and pi are linearly independent over the rationals) is equal; values apart by
     more than math-verify's tolerance are not. A Float or a percentage on either side: workers."""
+    if _written_with_decimal(gold) or _written_with_decimal(answer):
+        return _decimals_apart(gold, answer)
     g, a = _terms(gold), _terms(answer)
     if g is None or a is None:
         return None
@@ -364,6 +378,31 @@ def _sums_equal(gold, answer) -> Optional[bool]:
     if max(abs(gv), abs(av)) >= _FLOAT_MAX:
         return None
     return False if abs(gv - av) > float(_FLOAT_MARGIN) * max(1.0, abs(gv), abs(av)) else None
+
+
+def _written_with_decimal(number) -> bool:
+    return number.decimal if isinstance(number, ExactSum) else number.kind == "float"
+
+
+def _rational_value(number) -> Optional[Fraction]:
+    """The rational value of a number or sum, or None (a root, pi, a percentage)."""
+    if isinstance(number, ExactSum):
+        if any(b != 1 for b, _ in number.terms):
+            return None
+        return sum((c for _, c in number.terms), Fraction(0))
+    if number.percent or number.kind == "radical":
+        return None
+    return number.value
+
+
+def _decimals_apart(gold, answer) -> Optional[bool]:
+    """Arithmetic with a decimal in it (sympy Floats, compared after rounding to 6 decimals): decided only
+    as wrong, when both values are rational and apart by more than the rounding can bridge; workers
+    otherwise (float error in the arithmetic could move a rounding either way)."""
+    g, a = _rational_value(gold), _rational_value(answer)
+    if g is None or a is None or max(abs(g), abs(a)) >= _FLOAT_MAX:
+        return None
+    return False if abs(g - a) > _FLOAT_MARGIN else None
 
 
 def _radicals_equal(gold: ExactNumber, answer: ExactNumber) -> Optional[bool]:
@@ -447,12 +486,23 @@ def gold_number(gold_text: str) -> Optional[ExactNumber]:
 
 @lru_cache(maxsize=_VERDICT_MEMORY)
 def gold_value(gold_text: str):
-    """:func:`gold_number`, else the tuple of exact numbers the gold is (:func:`exact_tuple`), else None."""
+    """:func:`gold_number`, else the tuple of exact numbers the gold is (:func:`exact_tuple`), else the set
+    (:func:`~.exact_sets.exact_set`), else None."""
     number = gold_number(gold_text)
     if number is not None or not isinstance(gold_text, str):
         return number
     readings = answer_readings(gold_text) if len(gold_text) <= MAX_FAST_CHARS else ()
-    return exact_tuple(readings[0]) if len(readings) == 1 else None
+    if len(readings) != 1:
+        return None
+    return exact_tuple(readings[0]) or exact_set(readings[0], _set_element)
+
+
+def _set_element(text: str) -> Optional[Dict[int, Fraction]]:
+    """An element of a set (:mod:`.exact_sets`): its exact terms, or None (a decimal, a percentage...)."""
+    number = exact_number(text)
+    if number is None or number.kind == "float" or number.percent:
+        return None
+    return _terms(number)
 
 
 @lru_cache(maxsize=_VERDICT_MEMORY)
@@ -461,10 +511,14 @@ def _decide(gold_text: str, raw: str):
     gold = gold_value(gold_text)
     if gold is None:
         return None
-    if isinstance(gold, tuple):
+    if isinstance(gold, (tuple, ExactSet)):
         readings = answer_readings(raw)
-        answer = exact_tuple(readings[0]) if len(readings) == 1 else None
-        correct = tuples_equal(gold, answer) if answer is not None else None
+        if isinstance(gold, tuple):
+            answer = exact_tuple(readings[0]) if len(readings) == 1 else None
+            correct = tuples_equal(gold, answer) if answer is not None else None
+        else:  # a set only against a set: math-verify accepts a set against a tuple or a list
+            answer = exact_set(readings[0], _set_element) if len(readings) == 1 and len(raw) <= MAX_FAST_CHARS else None
+            correct = sets_equal(gold, answer) if answer is not None else None
     else:
         answer = _only_number(raw, gold=False)
         correct = numbers_equal(gold, answer) if answer is not None else None
@@ -494,6 +548,8 @@ def answer_verdict(gold_text: str, raw: str, gold: Optional[ExactNumber] = None)
     decided = _decide(gold_text, raw)
     if decided is None:
         return None
+    if not decided[0] and rounding_digits(raw) is not None:
+        return None  # a rounded decimal is also compared at its places (issue 41): the workers do that
     return {"correct": decided[0], "extracted": decided[1], "gold_parsed": True}
 
 

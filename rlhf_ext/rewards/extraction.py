@@ -24,8 +24,8 @@ from decimal import Decimal
 from typing import Optional
 
 from .answer_finding import (ANSWER_PHRASE, MAX_ANSWER_CHARS, AnswerCandidate, clear_search_memo,
-                             find_answer_candidate, find_final_boxes, find_last_boxed, find_last_expression,
-                             join_boxes, last_answer_tag, strip_math_delimiters)
+                             find_answer_candidate, find_final_boxes, find_gold_boxes, find_last_boxed,
+                             find_last_expression, join_boxes, last_answer_tag, strip_math_delimiters)
 from .answer_normalization import THOUSANDS, normalize_answer
 from .answer_spelling import (answer_readings, answer_spelling, brace_operator_arguments, decimal_comma,
                               join_digit_groups, latex_for_math_verify, strip_number_unit)
@@ -33,7 +33,7 @@ from .answer_spelling import (answer_readings, answer_spelling, brace_operator_a
 __all__ = [
     "ANSWER_PHRASE", "MAX_ANSWER_CHARS", "AnswerCandidate", "answer_readings", "answer_spelling",
     "brace_operator_arguments", "clear_caches", "decimal_comma", "extract_answer", "find_answer_candidate",
-    "find_final_boxes", "find_last_boxed", "find_last_expression", "join_boxes", "join_digit_groups",
+    "find_final_boxes", "find_gold_boxes", "find_last_boxed", "find_last_expression", "join_boxes", "join_digit_groups",
     "last_answer_tag", "latex_for_math_verify", "normalize_answer", "prepare_gold", "strip_math_delimiters",
     "strip_number_unit",
 ]
@@ -90,7 +90,7 @@ def _prepare_gold_text(gold: str) -> Optional[str]:
         if THOUSANDS.match(value):
             value = value.replace(",", "")
         return value or None
-    boxes = find_final_boxes(text)
+    boxes = find_gold_boxes(text)
     if boxes:
         text = join_boxes(boxes)
     text = strip_math_delimiters(text)

@@ -46,6 +46,7 @@ from typing import Dict, List, Optional
 from latex2sympy2_extended import NormalizationConfig
 from math_verify import LatexExtractionConfig, parse, verify
 
+from .answer_forms import rounding_digits
 from .extraction import answer_readings, find_answer_candidate, normalize_answer, prepare_gold
 
 ANSWER_EXTRACTION = [
@@ -69,7 +70,7 @@ def parse_gold(gold_text: str) -> List:
     :func:`~rlhf_ext.rewards.extraction.answer_readings`); readings that fail to parse are left out,
     so an empty list means the gold cannot be read."""
     parsed = []
-    for reading in answer_readings(gold_text):
+    for reading in answer_readings(gold_text, gold=True):
         p = parse("\\boxed{" + reading + "}", extraction_config=GOLD_EXTRACTION, extraction_mode="first_match")
         if p:
             parsed.append(p)
@@ -82,9 +83,15 @@ def parse_answer(raw_answer: str) -> List:
             for reading in answer_readings(raw_answer)]
 
 
-def verify_readings(golds: List, answers: List) -> bool:
-    """Whether some reading of the answer equals some reading of the gold (``verify(gold, answer)``)."""
-    return any(verify(gold, answer) for gold in golds for answer in answers)
+def verify_readings(golds: List, answers: List, rounding: Optional[int] = None) -> bool:
+    """Whether some reading of the answer equals some reading of the gold (``verify(gold, answer)``);
+    ``rounding``: also compared at that many decimals (:func:`~rlhf_ext.rewards.answer_forms.rounding_digits`)."""
+    # allow_set_relation_comp: an inequality answer against the interval gold it denotes (math-verify
+    # compares the other direction, gold inequality against an interval answer, without it)
+    if any(verify(gold, answer, allow_set_relation_comp=True) for gold in golds for answer in answers):
+        return True
+    return rounding is not None and any(verify(gold, answer, float_rounding=rounding, allow_set_relation_comp=True)
+                                        for gold in golds for answer in answers)
 
 
 def grade_response(response: str, gold_text: Optional[str], gold_cache: Optional[Dict[str, List]] = None,
@@ -121,7 +128,7 @@ def grade_response(response: str, gold_text: Optional[str], gold_cache: Optional
     key = (gold_text, candidate.raw)
     correct = verdict_cache.get(key) if verdict_cache is not None else None
     if correct is None:
-        correct = verify_readings(gold, parse_answer(candidate.raw))
+        correct = verify_readings(gold, parse_answer(candidate.raw), rounding_digits(candidate.raw))
         if verdict_cache is not None:
             verdict_cache[key] = correct
     return {"correct": correct, "extracted": extracted, "gold_parsed": True}

@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .composite import FLAG_NAMES, RewardBreakdown, WeightedReward
 from .config import RewardConfig
+from .verifier_cascade import VERIFIER_LOG_KEYS, CascadeStats, VerifierCascade, VerifierSettings, verify_grades
 
 logger = logging.getLogger(__name__)
 
@@ -111,13 +112,13 @@ def recover_response(query: str, prompt: str, eos_tokens: Sequence[str] = DEFAUL
     truncated = True
     while True:
         stripped = text.rstrip()
+        if not stripped.endswith(enders):  # one C call settles the usual last round (nothing left to strip)
+            break
         for token in enders:
             if stripped.endswith(token):
                 text = stripped[: -len(token)]
                 truncated = False
                 break
-        else:
-            break
     for token in special_tokens:
         if token and token not in _KEEP_TOKENS and token in text:
             text = text.replace(token, "")
@@ -156,13 +157,48 @@ class RewardScorer:
         self.log_keys = ([f"reward/{name}" for name, _ in self.reward.weights]
                          + [f"reward_flag/{flag}" for flag in FLAG_NAMES] + [PROMPT_NOT_FOUND_KEY, ERROR_KEY])
         self._last_error_log = 0.0
+        # the opt-in verifier cascade: rule verdicts first, the verifier on the rule-wrong answers
+        self.cascade = None
+        self.verifier_stats = CascadeStats()
+        if self.config.verifier is not None and self.reward.uses_correctness:
+            self.cascade = VerifierCascade(VerifierSettings.from_mapping(dict(self.config.verifier)))
+            self.log_keys += list(VERIFIER_LOG_KEYS)
 
     def close(self) -> None:
         self.reward.close()
+        if self.cascade is not None:
+            self.cascade.close()
+
+    def _verify(self, batches: Sequence[Dict], prompts: Sequence[Optional[Sequence[str]]]) -> List[Optional[Dict]]:
+        """With the verifier on: grade the batches in one pass, run the cascade, put the verdicts in each
+        batch (``grades``) and return each batch's verifier logs (None for a batch left to grade alone)."""
+        logs: List[Optional[Dict]] = [None] * len(batches)
+        if self.cascade is None:
+            return logs
+        texts, golds, problems, shares = [], [], [], []
+        for i, b in enumerate(batches):
+            if b.get("solution") is None or b.get("grades") is not None:
+                continue
+            shares.append((i, len(texts), len(texts) + len(b["completions"])))
+            texts += list(b["completions"])
+            golds += list(b["solution"])
+            problems += list(prompts[i]) if prompts[i] is not None else [None] * len(b["completions"])
+        if not texts:
+            return logs
+        grades = self.reward.grade(texts, golds)
+        grades, all_logs, stats = verify_grades(self.cascade, grades, golds, problems)
+        with self._tokenizer_lock:
+            self.verifier_stats.merge(stats)
+        for i, lo, hi in shares:
+            batches[i]["grades"] = grades[lo:hi]
+            logs[i] = {k: v[lo:hi] for k, v in all_logs.items()}
+        return logs
 
     def _tokenizer_info(self) -> Optional[_TokenizerInfo]:
         if not self.config.tokenizer or self._tokenizer_error:
             return None
+        if self._tokenizer is not None:  # loaded once: later calls need no lock
+            return self._tokenizer
         with self._tokenizer_lock:
             if self._tokenizer is None and not self._tokenizer_error:
                 try:
@@ -185,7 +221,10 @@ class RewardScorer:
         n = len(queries) if isinstance(queries, (list, tuple)) else 0
         try:
             recovered, batch = self._prepare(queries, prompts, labels)
-            return self._result(recovered, self.reward(**batch))
+            verifier_logs = None
+            if self.cascade is not None:
+                verifier_logs = self._verify([batch], [_prompt_list(prompts, len(recovered))])[0]
+            return self._result(recovered, self.reward(**batch), verifier_logs)
         except Exception as exc:  # inside a training job: score and report, never raise
             return self.failed(n, exc)
 
@@ -195,7 +234,9 @@ class RewardScorer:
         try:
             recovered = list(recovered)
             check_batch([r.text for r in recovered], None, labels)
-            return self._result(recovered, self.reward(**self._batch(recovered, list(labels))))
+            batch = self._batch(recovered, list(labels))
+            verifier_logs = self._verify([batch], [None])[0]
+            return self._result(recovered, self.reward(**batch), verifier_logs)
         except Exception as exc:
             return self.failed(n, exc)
 
@@ -214,6 +255,13 @@ class RewardScorer:
                 continue
             prepared.append(recovered)
             batches.append(batch)
+        verifier_logs: List[Optional[Dict]] = [None] * len(batches)
+        try:
+            verifier_logs = self._verify(batches, [_prompt_list(call[1], len(rec))
+                                                   for call, rec in zip(calls, prepared) if rec is not None])
+        except Exception as exc:  # grading them together failed: score_many grades each batch (and reports)
+            logger.warning("rlhf_ext reward: the verifier cascade's grading failed (%s); rules only", exc)
+        verifier_logs_iter = iter(verifier_logs)
         results = iter(self.reward.score_many(batches))
         outs = []
         for call, recovered in zip(calls, prepared):
@@ -221,8 +269,9 @@ class RewardScorer:
                 outs.append(self.score(*call))
                 continue
             result = next(results)
+            vlogs = next(verifier_logs_iter)
             outs.append(self.failed(len(recovered), result) if isinstance(result, Exception)
-                        else self._result(recovered, result))
+                        else self._result(recovered, result, vlogs))
         return outs
 
     def _prepare(self, queries, prompts, labels) -> Tuple[List[RecoveredResponse], Dict]:
@@ -237,9 +286,12 @@ class RewardScorer:
         return {"completions": [r.text for r in recovered], "solution": labels,
                 "truncated": [r.truncated for r in recovered], "completion_lengths": lengths}
 
-    def _result(self, recovered: List[RecoveredResponse], breakdown: RewardBreakdown) -> Dict:
+    def _result(self, recovered: List[RecoveredResponse], breakdown: RewardBreakdown,
+                verifier_logs: Optional[Dict] = None) -> Dict:
         """A breakdown as OpenRLHF's reward dict: the same ``extra_logs`` keys for every sample."""
         logs = {f"reward/{name}": values for name, values in breakdown.components.items()}
+        if self.cascade is not None:
+            logs.update(verifier_logs or {key: [0.0] * len(recovered) for key in VERIFIER_LOG_KEYS})
         logs.update({f"reward_flag/{flag}": values for flag, values in breakdown.flags.items()})
         logs[PROMPT_NOT_FOUND_KEY] = [0.0 if r.prompt_found else 1.0 for r in recovered]
         logs[ERROR_KEY] = [0.0] * len(recovered)
@@ -256,6 +308,11 @@ class RewardScorer:
         logs = {key: [0.0] * n for key in self.log_keys}
         logs[ERROR_KEY] = [1.0] * n
         return {"rewards": [0.0] * n, "scores": [0.0] * n, "extra_logs": logs}
+
+
+def _prompt_list(prompts, n: int) -> Optional[List[str]]:
+    """The prompts the verifier is shown as each sample's problem (None when not given)."""
+    return list(prompts) if isinstance(prompts, (list, tuple)) and len(prompts) == n else None
 
 
 def check_batch(queries, prompts, labels) -> Tuple[List[str], List[str], List]:
@@ -287,6 +344,9 @@ _env_lock = threading.Lock()
 def scorer_from_env() -> RewardScorer:
     """The process-wide scorer configured by ``RLHF_EXT_REWARD*`` (read once per process)."""
     global _env_scorer
+    scorer = _env_scorer  # set once: OpenRLHF's threads read it without queueing on the lock
+    if scorer is not None:
+        return scorer
     with _env_lock:
         if _env_scorer is None:
             from .config import reward_config_from_env

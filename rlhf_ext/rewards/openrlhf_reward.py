@@ -33,13 +33,13 @@ def _config_error(n: int, exc: Exception) -> dict:
 def _tensors(out: dict) -> dict:
     # One tensor for all rows, then its rows: OpenRLHF calls this once per sample, and one
     # torch.tensor per value was a third of the call's own cost.
-    keys = list(out["extra_logs"])
-    values = [out["rewards"], out["scores"]] + [out["extra_logs"][k] for k in keys]
+    logs = out["extra_logs"]
+    values = [out["rewards"], out["scores"], *logs.values()]
     try:
         rows = torch.tensor(values, dtype=torch.float32).unbind(0)
     except (ValueError, TypeError):  # rows of different lengths: never from the scorer, but never raise
         rows = [torch.tensor(v, dtype=torch.float32) for v in values]
-    return {"rewards": rows[0], "scores": rows[1], "extra_logs": dict(zip(keys, rows[2:]))}
+    return {"rewards": rows[0], "scores": rows[1], "extra_logs": dict(zip(logs, rows[2:]))}
 
 
 def reward_func(queries, prompts, labels, **kwargs):

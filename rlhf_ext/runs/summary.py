@@ -12,6 +12,9 @@ from .files import CONFIG, EVENTS, INCIDENT, METRICS, POLICY_LAG, POLICY_LAG_MAX
 from .samples import read_rollout_samples
 from .status import run_status
 
+DISTILL_LOSS = "train/distill/loss"
+DISTILL_K3 = "train/distill/reverse_kl_k3"
+
 KEY_METRICS = (
     "train/reward", "train/score", "train/policy_loss", "train/kl", "train/actor_grad_norm",
     "train/entropy_loss", "train/response_length", "rlhf_ext/ds_skipped_steps", "rlhf_ext/guard/incidents",
@@ -85,6 +88,12 @@ def summarize(run_dir: os.PathLike) -> str:
         lines.append(f"  policy lag (async): mean {statistics.fmean(x[1] for x in lag):.3g} steps over {len(lag)} "
                      f"steps, max {worst:g}; per step: " + ", ".join(f"{s}:{v:g}" for s, v, _ in lag[-8:])
                      + (" ..." if len(lag) > 8 else ""))
+    distill = [(m["step"], m.get(DISTILL_LOSS), m.get(DISTILL_K3)) for m in metrics
+               if isinstance(m.get(DISTILL_LOSS), (int, float))]
+    if distill:  # runs with --rlhf_ext.teacher (docs/distillation.md)
+        (s0, l0, k0), (s1, l1, k1) = distill[0], distill[-1]
+        lines.append(f"  distillation: loss step {s0}: {_fmt(l0)} -> step {s1}: {_fmt(l1)}; reverse KL to the "
+                     f"teacher (k3) {_fmt(k0)} -> {_fmt(k1)}")
     compute = config.get("compute") if isinstance(config.get("compute"), dict) else None
     if compute is not None and compute.get("mfu_unavailable"):
         lines.append(f"  MFU: none ({compute['mfu_unavailable']})")

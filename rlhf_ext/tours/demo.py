@@ -50,13 +50,18 @@ def main(argv=None) -> int:
     # what a host passes to estimators that take more than the scores (opo: response lengths; gdpo:
     # the reward's components, here correctness and a toy format score)
     host = {"lengths": torch.tensor([[3.0, 5, 8, 2], [6, 7, 4, 8], [1, 5, 3, 6]]),
-            "components": {"accuracy": scores, "format": torch.tensor([[1.0, 1, 0, 1], [1, 0, 1, 1], [0, 1, 1, 1]])}}
+            "components": {"accuracy": scores, "format": torch.tensor([[1.0, 1, 0, 1], [1, 0, 1, 1], [0, 1, 1, 1]])},
+            # gigpo: two turns per trajectory, the first from the prompt's state, the score earned at the second
+            "turns": [[[(0.0, "start"), (float(s), f"after-{n % 2}")] for n, s in enumerate(row)]
+                      for row in scores.tolist()]}
     for name in available_advantages():
         opts = ESTIMATOR_OPTIONS.get(name, {})
         fn = get_advantage(name)
         adv = fn(scores, **opts, **{k: host[k] for k in host_inputs(fn)})
-        advantages[name] = adv
         label = name + "".join(f" {k}={v}" for k, v in opts.items())
+        if adv.dim() == 3:  # per turn (gigpo): the first turn's
+            adv, label = adv[..., 0], label + " (turn 1)"
+        advantages[name] = adv
         print(f"  {label:<24}" + "  |  ".join(_row(r) for r in adv.tolist()))
 
     # Token level: 12 responses of different lengths, one outcome advantage per response.

@@ -50,9 +50,10 @@ def test_the_trainers_use_the_patched_task(local_ray):
         assert module.compute_advantage is advantages.compute_advantage, module.__name__
 
 
-# estimators that need the reward's components are refused at start-up (MindSpeed-RL has only rm_scores)
+# estimators that need the reward's components or an agent's turns are refused at start-up (MindSpeed-RL has
+# only rm_scores)
 @pytest.mark.parametrize("name", [n for n in available_advantages()
-                                  if "components" not in host_inputs(get_advantage(n))])
+                                  if not {"components", "turns"} & set(host_inputs(get_advantage(n)))])
 def test_every_rlhf_ext_estimator_spreads_its_values_over_the_tokens(local_ray, name):
     from mindspeed_rl.trainer.utils import compute_utils
 

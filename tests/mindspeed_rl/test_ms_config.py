@@ -135,3 +135,7 @@ def test_policy_loss_options_are_validated_and_travel():
         rl_config(policy_loss_options={"tau_pos": 1.0})
     with pytest.raises(ConfigError, match="valid: ppo, gspo, cispo, clip_cov"):
         rl_config(policy_loss_type="sapo2")
+    with pytest.raises(ConfigError, match="bypass_mode needs the vLLM rollout log-probs .* rl_config.rollout_correction_bypass"):
+        rl_config(policy_loss_type="bypass_mode")  # issue 42: MindSpeed-RL's loss gets the recomputed old_log_prob
+    assert rl_config(policy_loss_type="dro", policy_loss_options={"dro_beta": 0.2}).kl_penalty.settings == {
+        "policy_loss_type": "dro", "policy_loss_options": {"dro_beta": 0.2}}

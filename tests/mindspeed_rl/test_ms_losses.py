@@ -174,6 +174,10 @@ RATIO_LOSSES = {
     "cispo": {}, "sapo": {"tau_pos": 1.3, "tau_neg": 2.0}, "gmpo": {}, "geo_mean": {},
     "clip_cov": {"clip_cov_ratio": 0.25, "clip_cov_lb": -1.0, "seed": 1}, "kl_cov": {"kl_cov_ratio": 0.3, "ppo_kl_coef": 0.5},
     "dppo_tv": {"clip_ratio_c": 1.2}, "dppo_kl": {}, "luspo": {}, "vespo": {"vespo_k_neg": 2.0},
+    "dro": {"dro_beta": 0.3}, "gpg": {},  # issue 42
+    # issue 42's ratio caps (rlhf_ext.algorithms.ratio_caps): ppo's delta binds on token (0,0) (ratio 1.5, A > 0);
+    # luspo's travel (its row 0 ratio 1.145 stays under them, so the gradient is not all zero)
+    "ppo": {"delta": 1.2}, "luspo+caps": {"delta": 1.2, "dual_clip": 1.5},
 }
 
 
@@ -183,6 +187,7 @@ def test_ratio_losses_inside_mindspeed_rls_actor_loss(stage, name):
     from rlhf_ext.algorithms import aggregate_loss, get_policy_loss
 
     options = RATIO_LOSSES[name]
+    name = name.split("+")[0]
     settings = {"policy_loss_type": name, "loss_agg_mode": "seq-mean-token-mean", "policy_loss_options": options}
     info = meta(settings, clip_higher_enable=True, clip_ratio_low=0.1, clip_ratio_high=0.3)
     lp = LOG_PROBS.clone().requires_grad_(True)

@@ -61,10 +61,14 @@ def test_gpg_with_verls_count_equals_verl(seed, binary):
     torch.testing.assert_close(ours[order, 0], direct, rtol=1e-5, atol=1e-6)
 
 
-def test_gpg_paper_count_differs_from_verl_only_by_all_correct_groups():
+def test_gpg_paper_count_differs_from_verl_only_by_all_correct_groups(monkeypatch):
     rewards, mask, uids, scores, _ = _random_batch(0, binary=True)
     ref, _ = core_algos.compute_gpg_outcome_advantage(rewards.clone(), mask, uids)
+    # by default rlhf_ext_gpg on verl counts as verl does (issue 42)
+    torch.testing.assert_close(_through_verl("rlhf_ext_gpg", rewards, mask, uids), ref, rtol=1e-5, atol=1e-6)
+    monkeypatch.setenv("RLHF_EXT_VERL_RLHF_EXT_DEFAULTS", "1")  # the paper's count, rlhf_ext's default
     ours = _through_verl("rlhf_ext_gpg", rewards, mask, uids)
+    assert not torch.allclose(ours, ref)
     # same direction, different alpha: B / #nonzero rewards (verl) vs B / #samples in varied groups
     grouped, _ = _grouped(scores, uids)
     varied = int(((grouped.max(1).values != grouped.min(1).values)[:, None].expand_as(grouped)).sum())

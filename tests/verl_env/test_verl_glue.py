@@ -150,13 +150,14 @@ def probes(tmp_path_factory):
 
 
 def test_import_verl_discovers_the_entry_point_and_registers_everything(probes):
-    from rlhf_ext.algorithms import available_advantages, available_policy_losses
+    from rlhf_ext.algorithms import available_advantages, available_policy_losses, available_token_advantages
 
     out = probes.json("default")
     assert out["before"] == [], "the probe must not import rlhf_ext itself"
     assert out["loaded"]
-    # every outcome estimator, plus the token-level optimal token baseline (fed by the patched compute_advantage)
-    assert out["adv"] == sorted(["rlhf_ext_" + n for n in available_advantages()] + ["rlhf_ext_optimal_token_baseline"])
+    # every outcome estimator, plus the token-level ones (fed by the patched compute_advantage)
+    assert available_token_advantages() == ["optimal_token_baseline", "tir_optimal_token_baseline"]
+    assert out["adv"] == sorted("rlhf_ext_" + n for n in available_advantages() + available_token_advantages())
     assert {"rlhf_ext_passk", "rlhf_ext_maxrl", "rlhf_ext_dr_grpo"} <= set(out["adv"])
     assert out["loss"] == sorted("rlhf_ext_" + n for n in available_policy_losses())
     # verl's own names keep verl's implementations

@@ -156,9 +156,13 @@ def _sapo_per_token(inputs, tau_pos, tau_neg):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_sapo_matches_verl_in_its_mode_and_honours_the_others(mode):
+def test_sapo_matches_verl_in_its_mode_and_honours_the_others(mode, monkeypatch):
     inputs = _inputs(seed=3, spread=0.6, token_adv=True)
     cfg = dict(tau_pos=1.3, tau_neg=2.1)
+    (ref_loss, ref_grad, _), (loss, grad, _) = _pair("sapo", "sapo", mode, inputs, **cfg)
+    _close(loss, ref_loss)  # by default verl's numbers in every mode (issue 42)
+    _close(grad, ref_grad)
+    monkeypatch.setenv("RLHF_EXT_VERL_RLHF_EXT_DEFAULTS", "1")  # rlhf_ext's: loss_agg_mode honoured
     (ref_loss, ref_grad, _), (loss, grad, _) = _pair("sapo", "sapo", mode, inputs, **cfg)
     if mode == "seq-mean-token-mean":
         _close(loss, ref_loss)
@@ -172,9 +176,14 @@ def test_sapo_matches_verl_in_its_mode_and_honours_the_others(mode):
 
 @pytest.mark.parametrize("verl_name", ["geo_mean"])
 @pytest.mark.parametrize("ours", ["gmpo", "geo_mean"])
-def test_gmpo_matches_verls_geo_mean(ours, verl_name):
+def test_gmpo_matches_verls_geo_mean(ours, verl_name, monkeypatch):
     inputs = _inputs(seed=4, spread=0.5, token_adv=False)
     cfg = dict(clip_ratio_low=0.1, clip_ratio_high=0.15)
+    for mode in MODES:  # by default verl's numbers in every mode (issue 42)
+        (ref_loss, ref_grad, _), (loss, grad, _) = _pair(verl_name, ours, mode, inputs, **cfg)
+        _close(loss, ref_loss)
+        _close(grad, ref_grad)
+    monkeypatch.setenv("RLHF_EXT_VERL_RLHF_EXT_DEFAULTS", "1")  # rlhf_ext's: loss_agg_mode honoured
     for mode in MODES:
         (ref_loss, ref_grad, _), (loss, grad, metrics) = _pair(verl_name, ours, mode, inputs, **cfg)
         if mode == "seq-mean-token-mean":
@@ -223,7 +232,7 @@ class _Accelerator:
         return x
 
 
-def _trl_loss(loss_type, inputs, level="token", epsilon_low=0.2, epsilon_high=0.28, **args):
+def _trl_loss(loss_type, inputs, level="token", epsilon_low=0.2, epsilon_high=0.28, delta=None, **args):
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     old, new, adv, mask = inputs
@@ -235,7 +244,7 @@ def _trl_loss(loss_type, inputs, level="token", epsilon_low=0.2, epsilon_high=0.
         epsilon_high=epsilon_high, use_vllm=False, model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=1, accelerator=_Accelerator(), _entropy_bonus_enabled=False,
         _metrics=defaultdict(lambda: defaultdict(list)), get_gamma_weights=GRPOTrainer.get_gamma_weights,
-        args=SimpleNamespace(delta=None, steps_per_generation=1, **args),
+        args=SimpleNamespace(delta=delta, steps_per_generation=1, **args),  # delta: TRL's two-sided clip
     )
     batch = {
         "prompt_ids": torch.zeros(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),

@@ -80,6 +80,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "expression, as lighteval / math-verify (and published AIME / MATH-500 numbers) do. A "
                         "resumed run keeps its own setting")
     g.add_argument("--bootstrap-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    g = p.add_argument_group("verifier cascade (an LLM judges the answers the rules score wrong)")
+    g.add_argument("--verifier-url", metavar="URL",
+                   help="OpenAI-compatible server of the verifier, e.g. http://localhost:8001 (a vLLM server: "
+                        "python -m vllm.entrypoints.openai.api_server); bearer token from $OPENAI_API_KEY if set")
+    g.add_argument("--verifier-model", metavar="NAME", help="the model name the verifier server serves")
+    g.add_argument("--verifier-timeout", type=float, default=30.0,
+                   help="seconds per verifier request (default 30; on timeout the rule verdict stands)")
+    g.add_argument("--verifier-concurrency", type=int, default=8, help="verifier requests in flight (default 8)")
+    g.add_argument("--verifier-max-tokens", type=int, default=16,
+                   help="tokens of the verifier's reply (default 16; more for a reasoning verifier)")
+    g.add_argument("--verifier-vllm-choice", action="store_true",
+                   help="a vLLM verifier server: constrain its reply to CORRECT/INCORRECT (structured outputs)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--verbose", action="store_true", help="keep vLLM's INFO logging")
 
@@ -161,7 +173,10 @@ def run_options(suite: Optional[str], args: argparse.Namespace, custom: Optional
     return RunOptions(suite=suite, output=args.output, data=data, resume=args.resume, ray_address=args.ray_address,
                       trust_remote_code=args.trust_remote_code, grader_workers=args.grader_workers,
                       grade_timeout=args.grade_timeout, require_anchor=bool(require_anchor),
-                      bootstrap_resamples=args.bootstrap_resamples,
+                      bootstrap_resamples=args.bootstrap_resamples, verifier_url=args.verifier_url,
+                      verifier_model=args.verifier_model, verifier_timeout=args.verifier_timeout,
+                      verifier_concurrency=args.verifier_concurrency, verifier_max_tokens=args.verifier_max_tokens,
+                      verifier_vllm_choice=args.verifier_vllm_choice,
                       progress=not args.no_progress, custom_task=custom, **values)
 
 

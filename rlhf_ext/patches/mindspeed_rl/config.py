@@ -34,6 +34,8 @@ key                        meaning
                            log-prob column is carried only on the sync transfer-dock path), and
                            at ``validate_rl_args`` when the sampling settings make vLLM's log-probs
                            differ from the trainer's (:mod:`.rollout_correction`)
+``distillation``           on-policy distillation from the reference slot's model (the teacher), verl's
+                           ``DistillationLossConfig`` names (:mod:`.distillation`, docs/distillation.md)
 ``verifier_function``      also ``rlhf_ext:NAME`` (an rlhf_ext reward or preset), weights as usual;
                            rlhf_ext rewards grade with a per-sample timeout of
                            ``verifier_timeout`` seconds (a MindSpeed-RL key it never reads)
@@ -71,11 +73,13 @@ MINDSPEED_VERIFIERS = {
     "retool_reward": "retool_reward",
 }
 POLICY_LOSS_TYPES = ("ppo", "gspo")
+BYPASS_LOSS = "bypass_mode"  # registered, but its old log-probs must be the rollout's (check_policy_loss)
 # Registered estimators that whiten token advantages over the batch (REINFORCE++, arXiv 2501.03262).
 WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
 NEW_KEYS = ("adv_estimator_options", "policy_loss_type", "loss_agg_mode", "loss_agg_max_len", "kl_clip",
-            "policy_loss_options", "top_entropy_quantile", "off_policy_mask_threshold", "mask_truncated_completions")
+            "policy_loss_options", "top_entropy_quantile", "off_policy_mask_threshold", "mask_truncated_completions",
+            "distillation")
 # The loss options the plugin sets from MindSpeed-RL's own clip keys (not allowed in policy_loss_options),
 # and their old names (accepted by the losses for one release).
 CLIP_OPTIONS = ("clip_ratio_low", "clip_ratio_high", "eps_low", "eps_high")
@@ -125,11 +129,13 @@ def available_estimators() -> List[str]:
 
 def check_estimator(name, options) -> Dict[str, Any]:
     valid = available_estimators()
-    if name == "optimal_token_baseline":  # rlhf_ext.algorithms.optimal_token_baseline, arXiv 2602.07078
-        raise ConfigError(
-            "rl_config.adv_estimator=optimal_token_baseline needs, per response token, sum_pi_squared (the sum over "
-            "the vocabulary of pi^2) besides old_log_prob: MindSpeed-RL's actor computes only the sampled tokens' "
-            "log-probs, and its advantage task sees token rewards and masks only")
+    from rlhf_ext.algorithms import available_token_advantages
+
+    if name in available_token_advantages():  # rlhf_ext.algorithms.token_estimators: refused by name
+        from rlhf_ext.algorithms.token_estimators import host_lacks
+
+        raise ConfigError(host_lacks(name, "rl_config.adv_estimator", "MindSpeed-RL's actor computes only the sampled "
+                                     "tokens' log-probs, and its advantage task sees token rewards and masks only"))
     if not isinstance(name, str) or name not in valid:
         raise ConfigError(f"rl_config.adv_estimator={name!r} is not a known advantage estimator; valid: {_choices(valid)}")
     if options is None:
@@ -151,6 +157,11 @@ def check_estimator(name, options) -> Dict[str, Any]:
 
     fn = get_advantage(name)
     taken = host_inputs(fn)
+    if "turns" in taken:
+        raise ConfigError(
+            f"rl_config.adv_estimator={name!r} assigns an advantage per agent turn, and MindSpeed-RL has no multi-turn "
+            "agent rollouts (its advantage task sees token rewards and masks only); GiGPO runs on OpenRLHF's agent "
+            "executor")
     if "components" in taken:
         raise ConfigError(
             f"rl_config.adv_estimator={name!r} normalises each reward component separately, and MindSpeed-RL's "
@@ -175,12 +186,19 @@ def check_estimator(name, options) -> Dict[str, Any]:
 def available_policy_loss_types() -> List[str]:
     from rlhf_ext.algorithms import available_policy_losses
 
-    return list(POLICY_LOSS_TYPES) + [n for n in available_policy_losses() if n not in POLICY_LOSS_TYPES]
+    return list(POLICY_LOSS_TYPES) + [n for n in available_policy_losses()
+                                      if n not in POLICY_LOSS_TYPES and n != BYPASS_LOSS]
 
 
 def check_policy_loss(value) -> Optional[str]:
     if value is None:
         return None
+    if value == BYPASS_LOSS:  # rlhf_ext.algorithms.bypass_mode: its old log-probs must be the rollout's
+        raise ConfigError(
+            "rl_config.policy_loss_type=bypass_mode needs the vLLM rollout log-probs in place of the old ones, but "
+            "MindSpeed-RL's actor hands its loss the recomputed old_log_prob; the same loss is "
+            "rl_config.rollout_correction_bypass: true with policy_loss_type ppo (verl's loss_type=ppo_clip; "
+            "rejection with rollout_rs, no rollout_is) or pg with rollout_is: token (loss_type=reinforce)")
     valid = available_policy_loss_types()
     if value not in valid:
         raise ConfigError(f"rl_config.policy_loss_type={value!r} is not known; valid: {_choices(valid)}")
@@ -197,7 +215,7 @@ def check_policy_loss_options(loss_type, options) -> Dict[str, Any]:
         raise ConfigError("rl_config.policy_loss_options needs rl_config.policy_loss_type")
     import inspect
 
-    from rlhf_ext.algorithms import get_policy_loss
+    from rlhf_ext.algorithms import get_policy_loss, ratio_cap_refusal
 
     params = inspect.signature(get_policy_loss(loss_type)).parameters if options else {}
     named = [p for p, v in params.items() if v.kind == v.KEYWORD_ONLY and p not in CLIP_OPTIONS]
@@ -206,6 +224,9 @@ def check_policy_loss_options(loss_type, options) -> Dict[str, Any]:
             raise ConfigError(f"rl_config.policy_loss_options.{key}: the clip range comes from rl_config.clip_ratio "
                               "(or clip_ratio_low / clip_ratio_high with clip_higher_enable)")
         if key not in named:
+            reason = ratio_cap_refusal(loss_type, {key: options[key]})
+            if reason:  # dual_clip / delta on a loss they do not fit: say why, not only that the name is unknown
+                raise ConfigError(f"rl_config.policy_loss_options.{key}: {reason}")
             raise ConfigError(f"rl_config.policy_loss_options: {loss_type!r} has no option {key!r}; "
                               f"it takes: {_choices(named) or '(none)'}")
     return options
@@ -390,6 +411,79 @@ def rollout_correction_of(settings_or_spec: Mapping[str, Any]):
     ), bool(spec["bypass"])
 
 
+# ---- on-policy distillation (the teacher in the reference slot; the loss glue is .distillation) ----
+
+DISTILLATION_KEY = "distillation"
+DISTILLATION_FIELDS = ("loss_mode", "use_policy_gradient", "use_task_rewards", "distillation_loss_coef",
+                       "log_prob_min_clamp", "loss_max_clamp")  # fmt: skip
+DISTILLATION_REFUSED = {
+    "topk": "the reference worker computes only the sampled tokens' log-probs, no top-k",
+    "teacher_key": "MindSpeed-RL has one reference slot, so one teacher",
+}
+_DISTILLATION_NOT_WITH = ("rollout_correction", "top_entropy_quantile", "off_policy_mask_threshold")
+
+
+def check_distillation(value, source: Mapping[str, Any], settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """Validate ``rl_config.distillation``; ``{}`` when absent or ``enabled: false``, else
+    ``{"distillation": {every DistillationConfig field}}`` (plain values: they pickle with the settings)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"rl_config.distillation must be a mapping like {{loss_mode: k1}}, got {value!r}")
+    fields = {str(k): v for k, v in value.items()}
+    enabled = fields.pop("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"rl_config.distillation.enabled must be true or false, got {enabled!r}")
+    if not enabled:
+        return {}
+    for key, why in DISTILLATION_REFUSED.items():
+        if key in fields:
+            raise ConfigError(f"rl_config.distillation.{key} is not supported in MindSpeed-RL: {why}")
+    unknown = sorted(set(fields) - set(DISTILLATION_FIELDS))
+    if unknown:
+        raise ConfigError(f"rl_config.distillation has no key {unknown[0]!r}; "
+                          f"valid: {', '.join(DISTILLATION_FIELDS)}, enabled")
+    if fields.get("loss_mode") == "forward_kl_topk":
+        raise ConfigError("rl_config.distillation.loss_mode=forward_kl_topk is not supported in MindSpeed-RL: "
+                          f"{DISTILLATION_REFUSED['topk']}; use k1 (as a reward) or k3 (as a loss)")  # fmt: skip
+    from rlhf_ext.algorithms import DistillationConfig
+
+    try:
+        config = DistillationConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"rl_config.distillation: {exc}") from None
+    if config.uses_topk:  # a registered top-k loss under another name
+        raise ConfigError(
+            f"rl_config.distillation.loss_mode={config.loss_mode!r} needs top-k: {DISTILLATION_REFUSED['topk']}")
+    kl_coef = source.get("init_kl_coef", 0.01)  # RLConfig 2.1.0's default
+    if kl_coef != 0:
+        raise ConfigError(
+            f"rl_config.distillation: init_kl_coef={kl_coef!r} must be 0: the reference slot holds the teacher, so "
+            "the KL-to-reference loss would be a second distillation term and KL-to-initial monitoring is off; "
+            "set rl_config.init_kl_coef: 0")
+    if source.get("use_kl_in_reward"):
+        raise ConfigError("rl_config.distillation cannot be combined with use_kl_in_reward: the reference slot "
+                          "holds the teacher, so that KL would be to the teacher, not to the initial policy")
+    if source.get("share_backbone"):
+        raise ConfigError("rl_config.distillation cannot be combined with share_backbone: the reference then shares "
+                          "the actor's weights, so there is no teacher")  # fmt: skip
+    if source.get("use_integrated_worker", True):  # RLConfig 2.1.0's default
+        integrated = source.get("integrated_mode_config") or {}
+        if not (isinstance(integrated, Mapping) and integrated.get("ref_model_load_path")):
+            raise ConfigError(
+                "rl_config.distillation with the integrated worker needs the teacher's checkpoint in "
+                "rl_config.integrated_mode_config.ref_model_load_path (the reference slot); without it the reference "
+                "is the initial student")
+    for key in _DISTILLATION_NOT_WITH:
+        if settings.get(key) is not None:
+            name = "rollout_is / rollout_rs" if key == "rollout_correction" else key
+            raise ConfigError(f"rl_config.distillation cannot be combined with rl_config.{name} (not supported yet)")
+    import dataclasses
+
+    # every field written out: an empty mapping (verl's defaults) must still read as "on" in the loss
+    return {DISTILLATION_KEY: dataclasses.asdict(config)}
+
+
 def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str, Any]]:
     """Split the rlhf_ext keys off an ``rl_config`` dict and validate every value rlhf_ext extends.
 
@@ -418,6 +512,7 @@ def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str
         settings["kl_clip"] = list(clip) if clip else "none"
     settings.update(check_token_masks(ours, source))
     settings.update(correction)
+    settings.update(check_distillation(ours.get("distillation"), source, settings))
     check_verifiers(_plain(source.get("verifier_function", ["base_acc"])), _plain(source.get("verifier_weight", [1.0])))
     return source, settings
 

@@ -25,6 +25,8 @@ With no rlhf_ext setting the original ``compute_loss`` runs, bit for bit. Otherw
   their mask before aggregation (counts from the full mask, as TRL does); the entropy is computed
   for the first even with ``entropy_coeff: 0``, and the second measures the KL from
   ``old_log_prob`` (the policy that sampled, in MindSpeed-RL's batch).
+* on-policy distillation (``rl_config.distillation``, :mod:`.distillation`): the teacher's log-probs are the
+  batch's ``ref_log_prob``; the distillation term replaces GRPO's KL-to-reference term;
 * rollout correction (``rl_config.rollout_is`` / ``rollout_rs``, :mod:`.rollout_correction`):
   :func:`rlhf_ext.algorithms.rollout_correction` of ``old_log_prob`` against the batch's
   ``rollout_log_probs`` weights and masks the per-token terms after the token masks, before
@@ -101,6 +103,19 @@ def token_keep(settings, log_probs, old_log_prob, advantages, mask, entropy):
     return keep
 
 
+def policy_loss_and_options(loss, settings):
+    """``(policy loss name, its options)`` from the rlhf_ext settings and MindSpeed-RL's clip keys."""
+    from rlhf_ext.algorithms import accepted_options, get_policy_loss
+
+    clip_low, clip_high = _clip_range(loss)
+    loss_type = settings.get("policy_loss_type", "ppo")
+    extra = {"log_ratio_clip": None} if loss_type == "ppo" else {}  # MindSpeed-RL's ppo does not clamp
+    clip = {"clip_ratio_low": clip_low, "clip_ratio_high": clip_high}
+    extra.update(accepted_options(get_policy_loss(loss_type), clip))
+    extra.update(settings.get("policy_loss_options") or {})
+    return loss_type, extra
+
+
 def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, entropy=None, batch=None):
     """``(aggregated policy loss, metrics)`` for the rlhf_ext settings of ``loss``.
 
@@ -110,8 +125,7 @@ def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, 
     in bypass mode the rollout log-probs are the PPO ratio's behaviour policy and the weights use
     the current ``log pi``. The ``rollout_corr/*`` metrics join the loss's.
     """
-    from rlhf_ext.algorithms import (accepted_options, aggregate_loss, apply_rollout_correction, get_policy_loss,
-                                     rollout_correction)
+    from rlhf_ext.algorithms import aggregate_loss, apply_rollout_correction, get_policy_loss, rollout_correction
 
     from .config import rollout_correction_of
     from .rollout_correction import rollout_log_probs_for
@@ -126,13 +140,8 @@ def policy_terms(loss, log_probs, old_log_prob, advantages, mask, default_mode, 
         rollout, no_rollout_share = rollout_log_probs_for(batch if batch is not None else {}, train, mask)
         if bypass:
             old_log_prob = rollout
-    clip_low, clip_high = _clip_range(loss)
-    loss_type = settings.get("policy_loss_type", "ppo")
-    fn = get_policy_loss(loss_type)
-    extra = {"log_ratio_clip": None} if loss_type == "ppo" else {}  # MindSpeed-RL's ppo does not clamp
-    extra.update(accepted_options(fn, {"clip_ratio_low": clip_low, "clip_ratio_high": clip_high}))
-    extra.update(settings.get("policy_loss_options") or {})
-    per_token, metrics = fn(log_probs, old_log_prob, advantages, mask, **extra)
+    loss_type, extra = policy_loss_and_options(loss, settings)
+    per_token, metrics = get_policy_loss(loss_type)(log_probs, old_log_prob, advantages, mask, **extra)
     keep = token_keep(settings, log_probs, old_log_prob, advantages, mask, entropy)
     if keep is not None:
         per_token = torch.where(keep, per_token, per_token.new_zeros(()))
@@ -174,7 +183,7 @@ def _finish(loss, module, batch, kwargs, pg_loss, metrics, ppo_extra):
     }
     if ppo_extra.get("kl_clip_frac") is not None:
         stats["actor/kl_clip_frac"] = float(ppo_extra["kl_clip_frac"])
-    stats.update({key: float(value) for key, value in metrics.items() if key.startswith("rollout_corr/")})
+    stats.update({key: float(value) for key, value in metrics.items() if key.startswith(("rollout_corr/", "distill/"))})
     return policy_loss, stats
 
 
@@ -194,7 +203,17 @@ def _make_compute_loss(original, module, with_kl: bool, default_mode):
         entropy_mean = _masked_mean(entropy, mask) if entropy is not None else pg.new_zeros(())
         extra = {"entropy": entropy_mean.detach(), "kl_loss": pg.new_zeros(()), "kl_clip_frac": None}
         pg_loss = pg
-        if with_kl:
+        distill = settings.get("distillation")
+        if distill:
+            # the teacher is in the reference slot: the distillation term replaces the KL-to-reference term
+            from .distillation import config_of, distillation_loss
+
+            loss_type, options = policy_loss_and_options(self, settings)
+            pg_loss, distill_metrics = distillation_loss(
+                config_of(settings), pg, log_probs, old_log_prob, mask, batch, loss_type, options,
+                settings.get("loss_agg_mode", default_mode(self)), settings.get("loss_agg_max_len"))
+            metrics = {**metrics, **distill_metrics}
+        elif with_kl:
             from .kl import bias_corrected_kl, last_clipped
 
             if str(self.kl_penalty) == BIAS_CORRECTED_KL:

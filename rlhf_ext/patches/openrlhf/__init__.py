@@ -12,6 +12,8 @@ where                                          what                             
 ``ppo_actor.PolicyLoss`` (name)                registered losses, 4 aggregation modes       PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.__init__``         configures the loss from ``args``            PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.training_step``    KL settings, loss metrics                    PolicyModelActor
+``ppo_actor.ActorPPOTrainer.ppo_train``        adaptive entropy coefficient                 PolicyModelActor
+                                               (:mod:`.entropy_control`)
 ``ppo_actor.ActorPPOTrainer.ppo_train``        zero-advantage update counts,               PolicyModelActor
                                                attempted vs applied (:mod:`.updates`)
 ``ppo_actor.compute_approx_kl``                ``--algo.kl.clip`` for the KL loss           PolicyModelActor
@@ -45,11 +47,25 @@ where                                          what                             
                                                vLLM generates with (:mod:`.policy_lag`)
 ``vllm_engine._load_agent_executor``           an agent file's failure as one line          RolloutRayActor
                                                naming it (:mod:`.agents`)
+``experience_maker.RemoteExperienceMaker``     ``make_experience``: the distillation        PPOTrainer actor
+                                               teacher's log-probs / top-k per rollout
+                                               batch, its own actor group (:mod:`.teacher`)
+``ppo_actor.ActorPPOTrainer.training_step``    distillation term in the actor loss          PolicyModelActor
+                                               (:mod:`.distill_loss`)
 ``ppo_actor.ActorPPOTrainer.training_step``    non-finite guard, real grad norm (:mod:`.guard`) PolicyModelActor
 ``ppo_actor.ActorPPOTrainer.ppo_train``        step count (guard), ships run-record data    PolicyModelActor
 ``deepspeed.DeepspeedStrategy.backward``       guard: checks before backward                PolicyModelActor
 ``deepspeed.DeepspeedStrategy.optimizer_step`` guard: gradients at the accumulation          PolicyModelActor
                                                boundary, DeepSpeed's skipped steps
+``launcher.BaseModelActor.execute_batch``      the reference follows the policy: weights    model actors
+                                               out, mix in (:mod:`.ref_sync`)
+``ppo_trainer.BasePPOTrainer.train_step``      the reference's periodic sync                PPOTrainer actor
+                                               (:mod:`.ref_sync`)
+``agent.MultiTurnAgentExecutor.execute``       each turn's reward and anchor state          RolloutRayActor
+                                               (:mod:`.turn_credit`)
+``samples_generator.SamplesGenerator``         ``_process_response_into_experience``: the  PPOTrainer actor
+                                               turns into ``info`` for GiGPO
+                                               (:mod:`.turn_credit`)
 ``agent.SingleTurnAgentExecutor``              ``_fetch_rewards_via_func``: rlhf_ext's      RolloutRayActor
                                                reward file's per-sample calls graded in
                                                shared batches (:mod:`.reward_batching`)
@@ -94,6 +110,7 @@ VLLM_ENGINE = "openrlhf.trainer.ray.vllm_engine"
 PPO_TRAINER = "openrlhf.trainer.ppo_trainer"
 DEEPSPEED = "openrlhf.utils.deepspeed.deepspeed"
 AGENT = "openrlhf.utils.agent"
+LAUNCHER = "openrlhf.trainer.ray.launcher"
 
 _KL_PARAMS = ("log_probs", "log_probs_base", "log_probs_old", "kl_estimator", "unbiased_gradient")
 _POLICY_LOSS_INIT = (
@@ -122,6 +139,35 @@ _DPO_TRAINER_INIT = (
 _DPO_FORWARD = ("self", "model", "chosen_ids", "c_mask", "reject_ids", "r_mask", "prompt_id_lens")
 
 PATCHES = (
+    Patch(
+        name="reference model follows the policy (calls by name)",
+        module=LAUNCHER,
+        target="BaseModelActor.execute_batch",
+        params=("self", "method_name", "all_data", "start_idx", "end_idx"),
+        make=_HERE + ".ref_sync:make_execute_batch",
+    ),
+    Patch(
+        name="reference model follows the policy (sync)",
+        module=PPO_TRAINER,
+        target="BasePPOTrainer.train_step",
+        params=("self", "rollout_samples", "global_step"),
+        make=_HERE + ".ref_sync:make_train_step",
+    ),
+    Patch(
+        name="agent turns: each step's reward and anchor state",
+        module=AGENT,
+        target="MultiTurnAgentExecutor.execute",
+        params=("self", "prompt", "label", "sampling_params", "max_length", "hf_tokenizer", "llm_engine", "images"),
+        make=_HERE + ".turn_credit:make_execute",
+        requires=(Requirement("MultiTurnAgentExecutor.__init__", ("self", "agent_instance_cls")),),
+    ),
+    Patch(
+        name="agent turns into the samples' info (GiGPO)",
+        module=SAMPLES_GENERATOR,
+        target="SamplesGenerator._process_response_into_experience",
+        params=("self", "response", "generate_kwargs"),
+        make=_HERE + ".turn_credit:make_process_response_into_experience",
+    ),
     Patch(
         name="reward file calls in shared batches",
         module=AGENT,
@@ -178,6 +224,13 @@ PATCHES = (
         target="ActorPPOTrainer.training_step",
         params=("self", "experience", "kl_ctl", "step", "loss_batch_info"),
         make=_HERE + ".policy_loss:make_training_step",
+    ),
+    Patch(
+        name="adaptive entropy coefficient",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.ppo_train",
+        params=("self", "kl_ctl"),
+        make=_HERE + ".entropy_control:make_ppo_train",
     ),
     Patch(
         name="zero-advantage update counts",
@@ -381,6 +434,22 @@ PATCHES = (
         target="_load_agent_executor",
         params=("agent_func_path",),
         make=_HERE + ".agents:make_load_agent_executor",
+    ),
+    Patch(
+        name="distillation: teacher values per rollout batch",
+        module=EXPERIENCE_MAKER,
+        target="RemoteExperienceMaker.make_experience",
+        params=("self", "samples_list"),
+        make=_HERE + ".teacher:make_make_experience",
+        requires=(Requirement("RayActorGroup.async_run_method_batch", ("self", "method_name", "kwargs")),),
+    ),
+    Patch(
+        # after the guard's entry: this wrapper is outside it, so its loss hook runs before the guard's
+        name="distillation term in the actor loss",
+        module=PPO_ACTOR,
+        target="ActorPPOTrainer.training_step",
+        params=("self", "experience", "kl_ctl", "step", "loss_batch_info"),
+        make=_HERE + ".distill_loss:make_training_step",
     ),
 )
 

@@ -38,6 +38,7 @@ import torch
 
 from rlhf_ext.algorithms import deferred_finite_checks, get_advantage, host_inputs, whiten
 
+from . import turn_credit
 from .config import (
     DISCOUNTED_ESTIMATORS,
     OPENRLHF_ESTIMATORS,
@@ -190,13 +191,21 @@ def _registered_estimator(maker, experiences, name: str, module):
     if step_metrics(args):
         attach_zero_variance(experiences, grouped, indices, exp_len)
 
-    inputs = {}
+    inputs, turn_data = {}, None
     for needed in host_inputs(estimator):
-        inputs[needed] = _host_input(needed, experiences, n)
+        if needed == "turns":  # a multi-turn agent's per-turn rewards and anchors (.turn_credit)
+            turn_data = turn_credit.pop_turns(experiences)
+            inputs["turns"] = turn_credit.grouped_turns(turn_data, indices, n)
+            turn_credit.attach_turn_metrics(experiences, inputs["turns"])
+        else:
+            inputs[needed] = _host_input(needed, experiences, n)
     try:
         advantages = estimator(grouped, **options, **inputs)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"advantage estimator {name!r} failed on this batch: {exc}") from exc
+    if turn_data is not None and advantages.dim() == 3 and advantages.shape[:2] == grouped.shape:
+        _per_turn_advantages(maker, module, experiences, advantages.to(grouped.dtype), turn_data, indices, exp_len)
+        return experiences
     if advantages.shape != grouped.shape:
         raise ValueError(
             f"advantage estimator {name!r} returned shape {tuple(advantages.shape)} for scores of shape "
@@ -237,6 +246,24 @@ def _registered_estimator(maker, experiences, name: str, module):
                     experience.advantages = experience.advantages.clone()
                     experience.advantages[flags] = float("nan")
     return experiences
+
+
+def _per_turn_advantages(maker, module, experiences, advantages, turn_data, indices, exp_len) -> None:
+    """Each model token gets its turn's advantage; KL in the reward (``kl_coef * KL`` per token) is accumulated
+    over the response as OpenRLHF does (gamma 1) and added, as for the outcome estimators."""
+    kl_coef = maker.kl_ctl.value
+    for experience, token_adv in zip(experiences, turn_credit.assign_turn_advantages(advantages, turn_data, indices,
+                                                                                     exp_len)):
+        mask = experience.action_mask
+        zero = torch.zeros(mask.shape[0], dtype=token_adv.dtype, device=mask.device)
+        kl_reward = module.compute_reward(zero, kl_coef, experience.kl, action_mask=mask, reward_clip_range=None)
+        kl_returns = maker.get_cumulative_returns(kl_reward, mask, 1.0)
+        returns = torch.where(mask.bool(), token_adv.to(kl_returns.dtype) + kl_returns, kl_returns.new_zeros(()))
+        experience.returns = returns
+        experience.advantages = returns.clone()
+        last = mask.long().cumsum(-1).argmax(-1, keepdim=True)  # the response's last model token
+        experience.info["return"] = token_adv.gather(1, last).squeeze(1) + kl_reward.sum(dim=-1)
+        experience.kl = None
 
 
 COMPONENT_PREFIX = "reward/"  # rlhf_ext's reward puts each unweighted component in extra_logs under this

@@ -24,7 +24,8 @@ from typing import Dict
 
 # Only light imports here: the argparse hook is installed at interpreter start-up; rlhf_ext.algorithms
 # (torch) loads when OpenRLHF's parser is actually used.
-from . import agents, compat, lora_sync, loss_masks, mismatch, rollout_correction, sleep_mode
+from . import (agents, compat, entropy_control, lora_sync, loss_masks, mismatch, ref_sync, rollout_correction,
+               sleep_mode, staleness)
 from .config import (
     ADVANTAGE_INPUTS,
     OPENRLHF_ESTIMATORS,
@@ -84,7 +85,10 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
 
     ours = [n for n in available_advantages() if n not in OPENRLHF_ESTIMATORS]
     est = actions["--algo.advantage.estimator"]
-    est.choices = list(OPENRLHF_ESTIMATORS) + ours + [TOKEN_BASELINE]  # the last is refused with its reason
+    from rlhf_ext.algorithms import available_token_advantages
+
+    # the token-level estimators are choices only to be refused by name with the input OpenRLHF lacks
+    est.choices = list(OPENRLHF_ESTIMATORS) + ours + available_token_advantages()
     est.help = (
         f"{est.help} -- with --plugin rlhf_ext also: {', '.join(ours)} (rlhf_ext.algorithms; options via "
         "--algo.advantage.passk_k / --algo.advantage.option)"
@@ -161,9 +165,15 @@ def extend_parser(parser: argparse.ArgumentParser) -> None:
     mismatch.add_arguments(group)
     loss_masks.add_arguments(group)
     rollout_correction.add_arguments(group)
+    staleness.add_arguments(group)
+    entropy_control.add_arguments(group)
+    ref_sync.add_arguments(group)
     from . import rollout_samples
 
     rollout_samples.add_arguments(group)
+    from . import distill_cli
+
+    distill_cli.add_arguments(group)
     group.add_argument(
         "--rlhf_ext.run_dir", default=None, metavar="DIR",
         help="run record directory: config.json, metrics.jsonl (one line per global step), events.jsonl, "
@@ -197,7 +207,8 @@ def _dry_run_estimator(name: str, n: int, options: Dict) -> None:
     scores = torch.zeros(1, n)
     scores[0, 0] = 1.0  # binary and, for n > 1, not a zero-variance group
     fn = get_advantage(name)
-    stand_ins = {"lengths": torch.ones(1, n), "components": {"accuracy": scores}}
+    stand_ins = {"lengths": torch.ones(1, n), "components": {"accuracy": scores},
+                 "turns": [[[(float(s), 0)] for s in scores[0].tolist()]]}
     reserved = sorted(set(options) & set(stand_ins))
     if reserved:
         raise ValueError(f"{', '.join(reserved)} come from the rollouts, not from --algo.advantage.option")
@@ -229,8 +240,12 @@ def finalize(namespace) -> Dict[str, str]:
     from .policy_loss import flag_options
 
     estimator = _ns(namespace, "algo.advantage.estimator")
-    if estimator == TOKEN_BASELINE:
-        raise ValueError(TOKEN_BASELINE_MISSING)
+    from rlhf_ext.algorithms import available_token_advantages
+
+    if estimator in available_token_advantages():
+        from rlhf_ext.algorithms.token_estimators import host_lacks
+
+        raise ValueError(host_lacks(estimator, "--algo.advantage.estimator", TOKEN_BASELINE_MISSING))
     n = int(_ns(namespace, "rollout.n_samples_per_prompt", 1))
     options = parse_options(_ns(namespace, "algo.advantage.option"), "--algo.advantage.option")
     passk_k = _ns(namespace, "algo.advantage.passk_k")
@@ -256,11 +271,27 @@ def finalize(namespace) -> Dict[str, str]:
             ) from None
 
     loss_type = _ns(namespace, "actor.policy_loss_type")
+    if loss_type == BYPASS_LOSS:
+        raise ValueError(BYPASS_LOSS_MISSING)
     loss_options = parse_options(_ns(namespace, "actor.policy_loss_option"), "--actor.policy_loss_option")
     if loss_type in OPENRLHF_POLICY_LOSSES:
+        if "delta" in loss_options:
+            raise ValueError(f"--actor.policy_loss_option delta: OpenRLHF's own {loss_type!r} has no two-sided clip "
+                             "delta (TRL's); for delta >= 1 + the upper clip it is the dual clip, --actor.dual_clip "
+                             "DELTA (the same loss, value and gradient; OpenRLHF's ppo has it)")
         if loss_options:
             raise ValueError(f"--actor.policy_loss_option applies to registered losses, not OpenRLHF's {loss_type!r}")
     else:
+        from rlhf_ext.algorithms import ratio_cap_refusal
+
+        # --actor.dual_clip is also DPPO's IS-weight cap clip_ratio_c (flag_options): refused only where it is neither
+        dual = _ns(namespace, "actor.dual_clip")
+        takes_c = "clip_ratio_c" in flag_options(get_policy_loss(loss_type), 0.2, 0.2, 3.0)
+        reason = ratio_cap_refusal(loss_type, {"dual_clip": None if takes_c else dual,
+                                               "delta": loss_options.get("delta")})
+        reason = reason or ratio_cap_refusal(loss_type, {"dual_clip": loss_options.get("dual_clip")})
+        if reason:
+            raise ValueError(f"--actor.policy_loss_type {loss_type}: {reason}")
         low_high = _ns(namespace, "actor.eps_clip_low_high")
         eps = _ns(namespace, "actor.eps_clip", 0.2)
         kwargs = {**flag_options(get_policy_loss(loss_type), low_high[0] if low_high else eps,
@@ -274,6 +305,8 @@ def finalize(namespace) -> Dict[str, str]:
     lora_sync.finalize(namespace)
     agents.finalize(namespace)  # a broken --train.agent_func_path file: one line before Ray starts
     loss_masks.finalize(namespace)
+    entropy_control.finalize(namespace)
+    ref_sync.finalize(namespace)
     _check_bias_corrected_kl(namespace)
     max_len = _ns(namespace, "actor.loss_agg_max_len")
     if max_len is not None and max_len < 1:
@@ -296,7 +329,11 @@ def finalize(namespace) -> Dict[str, str]:
         _ns(namespace, "reward.grader_workers"),
     )
     setattr(namespace, "reward.remote_url", remote_url)
+    from . import distill_cli
+
+    distill_cli.finalize(namespace)  # after the reward flags: use_task_rewards needs a reward
     env.update(rollout_correction.finalize(namespace))  # before mismatch: it may switch the log-probs on
+    env.update(staleness.finalize(namespace))  # likewise
     env.update(mismatch.finalize(namespace))
     env.update(sleep_mode.finalize(namespace))  # CPU target: sleep off; NPU: vllm-ascend's allocator setting
     _warn_binary_estimator_on_shaped_reward(estimator, _ns(namespace, "algo.advantage.input", "reward"), env)
@@ -306,14 +343,20 @@ def finalize(namespace) -> Dict[str, str]:
 
 BINARY_ESTIMATORS = ("passk", "maxrl")
 
-# rlhf_ext.algorithms.optimal_token_baseline (arXiv 2602.07078): a choice only to say why it cannot run
-TOKEN_BASELINE = "optimal_token_baseline"
+# rlhf_ext.algorithms.token_estimators (optimal_token_baseline, tir_optimal_token_baseline): choices only to say why
+# they cannot run here
 TOKEN_BASELINE_MISSING = (
-    "--algo.advantage.estimator optimal_token_baseline needs, per response token, sum_pi_squared (the sum over the "
-    "vocabulary of pi^2) besides the old log-probs: OpenRLHF's experience maker has the old log-probs at advantage "
-    "time, but its actor returns only the sampled tokens' log-probs, never the full distribution's sum of squares; "
-    "verl computes it (algorithm.adv_estimator=rlhf_ext_optimal_token_baseline with "
-    "actor_rollout_ref.actor.calculate_sum_pi_squared=True)"
+    "OpenRLHF's experience maker has the old log-probs at advantage time, but its actor returns only the sampled "
+    "tokens' log-probs, never the full distribution's sum of squares"
+)
+
+# rlhf_ext.algorithms.bypass_mode (verl's bypass_mode loss): its old log-probs must be the rollout's
+BYPASS_LOSS = "bypass_mode"
+BYPASS_LOSS_MISSING = (
+    "--actor.policy_loss_type bypass_mode needs the vLLM rollout log-probs in place of the old ones, but OpenRLHF "
+    "hands a policy loss the actor's recomputed old log-probs; the same loss is --rlhf_ext.rollout_correction_bypass "
+    "with --actor.policy_loss_type ppo (verl's loss_type=ppo_clip; rejection with --rlhf_ext.rollout_rs, no "
+    "--rlhf_ext.rollout_is) or pg with --rlhf_ext.rollout_is token (loss_type=reinforce)"
 )
 
 
@@ -398,6 +441,12 @@ def summary(namespace) -> str:
     ]
     if loss_masks.summary(namespace):
         parts.append(loss_masks.summary(namespace))
+    from .distill_cli import summary as distill_summary
+
+    if distill_summary(namespace):
+        parts.append(distill_summary(namespace))
+    if staleness.summary(namespace):
+        parts.append(staleness.summary(namespace))
     return "rlhf_ext: " + ", ".join(parts)
 
 

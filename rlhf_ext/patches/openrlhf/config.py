@@ -27,6 +27,15 @@ ADVANTAGE_INPUTS = ("reward", "score")
 KL_CLIP_OPENRLHF_DEFAULT = "openrlhf-default"
 
 
+def rlhf_ext_view(namespace):
+    """The flat ``rlhf_ext.*`` entries of a parsed (not yet hierarchized) namespace as ``args.rlhf_ext.*``,
+    so the readers written for the actors' ``args`` validate the flags in the driver."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(rlhf_ext=SimpleNamespace(**{k.split(".", 1)[1]: getattr(namespace, k, None)
+                                                       for k in vars(namespace) if k.startswith("rlhf_ext.")}))
+
+
 def setting(args, dotted: str, default: Any = None) -> Any:
     """``args.a.b.c`` for ``dotted="a.b.c"``, or ``default`` when any part is missing."""
     node = args

@@ -29,6 +29,7 @@ import contextlib
 import math
 from typing import TYPE_CHECKING, Optional
 
+from . import staleness
 from .config import setting
 
 if TYPE_CHECKING:  # the CLI side of this module runs at start-up in every process: no torch there
@@ -122,10 +123,12 @@ def micro_batch(trainer, experience):
 def token_keep(
     loss_fn, log_probs, old_log_probs, rollout_log_probs, advantages, action_mask
 ) -> Optional["torch.Tensor"]:
-    """The bool ``[B, T]`` mask of tokens that keep their policy loss, or None (no knob on)."""
+    """The bool ``[B, T]`` mask of tokens that keep their policy loss, or None (no knob on).
+    M2PO's mask (``--rlhf_ext.m2po_threshold``, :mod:`.staleness`) joins these."""
+    m2po = staleness.m2po_keep(loss_fn, old_log_probs, rollout_log_probs, action_mask)
     pending = getattr(loss_fn, "pending_masks", None)
     if pending is None:  # no knob on: the common case, every micro-batch
-        return None
+        return m2po
     import torch
 
     from rlhf_ext.algorithms import off_policy_sequence_mask, top_entropy_mask, truncated_completion_mask
@@ -151,7 +154,7 @@ def token_keep(
         entropy = entropy[:, -mask.shape[1]:].detach()
         if bool(mask.any()):
             keep = keep & top_entropy_mask(entropy, mask, float(pending.quantile))
-    return keep
+    return keep if m2po is None else keep & m2po
 
 
 def summary(namespace) -> str:

@@ -166,6 +166,10 @@ def make_train_step(original, module=None):
         stats = {}
         if versions and all(v is not missing for v in versions):
             stats = lag_stats(int(global_step), versions, start)
+            from . import staleness  # --rlhf_ext.prox_logp loglinear|linear interpolates by each sample's lag
+
+            staleness.attach_lags(self.args, rollout_samples,
+                                  [int(global_step) - (start if v is None else int(v)) for v in versions])
         elif versions and not _warned:
             _warned = True
             sys.stderr.write("rlhf_ext: warning: these async rollouts carry no policy version (was the generator "

@@ -34,12 +34,14 @@ from rlhf_ext.algorithms import (LOSS_AGG_MODES, accepted_options, aggregate_los
                                  openrlhf_correction, ppo_clip_fractions)
 
 from .config import OPENRLHF_POLICY_LOSSES, loss_agg_max_len, loss_agg_mode, policy_loss_options, step_metrics
-from . import loss_masks
+from . import loss_masks, staleness
 from .kl import KL_CLIP_FRAC_KEY, clipped_fraction, kl_settings
 from .updates import record_micro_batch
 from .rollout_correction import METRIC_PREFIX as ROLLOUT_METRIC_PREFIX
 from .rollout_correction import configure as configure_rollout_correction, corrected_loss
 
+# the correction's and the staleness objectives' metrics are logged whatever --rlhf_ext.step_metrics says
+STALENESS_METRIC_PREFIXES = (ROLLOUT_METRIC_PREFIX, "decoupled/")
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 # what forward returns to OpenRLHF whatever --rlhf_ext.step_metrics says: its clip_ratio (the sum of the
 # two clip fractions) and ppo_kl; with step_metrics off a registered loss computes only these
@@ -170,7 +172,8 @@ def make_policy_loss_class(base, module=None):
                 zero = (log_probs * 0).sum()
                 self.last_metrics = {}
                 return zero, zero.detach(), zero.detach(), None, None
-            rows = (log_probs, old_log_probs, advantages, action_mask, token_keep, rollout_log_probs)
+            rows = (log_probs, old_log_probs, advantages, action_mask, token_keep, rollout_log_probs,
+                    getattr(self, "pending_lag", None))
             if not fewest:  # every row has tokens (the usual case): the tensors as they are
                 keep = row_has.bool()
                 rows = tuple(None if t is None else t[keep] for t in rows)
@@ -180,6 +183,9 @@ def make_policy_loss_class(base, module=None):
                     per_token, metrics, vllm_kl, filter_ratio = corrected_loss(
                         self._registered_fn, self._call_kwargs, self.rollout_correction, *rows[:4], rows[5],
                     )  # fmt: skip
+                elif getattr(self, "staleness", None) is not None and self.staleness.decoupled:
+                    per_token, metrics = staleness.decoupled_loss(
+                        self, self._registered_fn, self._call_kwargs, *rows[:4], rows[5], rows[6])
                 else:
                     per_token, metrics = self._registered_fn(*rows[:4], **self._call_kwargs)
             if token_keep is not None:
@@ -197,7 +203,7 @@ def make_policy_loss_class(base, module=None):
                 loss = loss * scale
             # step_metrics off: none of the loss's own metrics (the rollout correction's stay, as before)
             self.last_metrics = {k: v.detach() for k, v in metrics.items()
-                                 if self.side_metrics or k.startswith(ROLLOUT_METRIC_PREFIX)}
+                                 if self.side_metrics or k.startswith(STALENESS_METRIC_PREFIXES)}
             fractions = [metrics[k] for k in ("clip_frac_low", "clip_frac_high") if k in metrics]
             clip_ratio = (fractions[0] + fractions[1] if len(fractions) == 2 else
                           fractions[0] if fractions else torch.zeros((), device=log_probs.device))
@@ -262,6 +268,7 @@ def configure_from_args(loss_fn, args) -> None:
     loss_fn.configure(loss_agg_mode(args), max_len=max_len, options=policy_loss_options(args),
                       side_metrics=step_metrics(args))
     configure_rollout_correction(loss_fn, args, registered_call_kwargs)
+    staleness.configure(loss_fn, args, registered_call_kwargs)
 
 
 def registered_call_kwargs(loss_fn, fn) -> Dict[str, object]:
@@ -281,11 +288,14 @@ def make_trainer_init(original, module=None):
 def make_training_step(original, module=None):
     @functools.wraps(original)
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
-        with kl_settings(self.args) as ctx, loss_masks.micro_batch(self, experience):
+        with kl_settings(self.args) as ctx, loss_masks.micro_batch(self, experience), \
+                staleness.micro_batch(self, experience):
             status = original(self, experience, kl_ctl, step, loss_batch_info)
         record_micro_batch(self, experience, step)
         metrics, weights = status["metrics"], status["weights"]
-        for key, value in getattr(self.actor_loss_fn, "last_metrics", {}).items():
+        loss_metrics = dict(getattr(self.actor_loss_fn, "last_metrics", {}))
+        loss_metrics.update(staleness.take_metrics(self.actor_loss_fn))  # M2PO's, whatever the loss
+        for key, value in loss_metrics.items():
             if key not in metrics:
                 metrics[key] = value.detach().float().reshape(())
                 weights[key] = "token"

@@ -33,7 +33,7 @@ from __future__ import annotations
 import sys
 from typing import Dict, Optional, Tuple
 
-from .config import OPENRLHF_POLICY_LOSSES, setting
+from .config import OPENRLHF_POLICY_LOSSES, rlhf_ext_view, setting
 
 METRIC_PREFIX = "rollout_corr/"
 # test hook (tests/test_e2e_cpu_train.py): "SIGMA@BATCH" lowers vLLM's log-probs of the response tokens by
@@ -100,14 +100,11 @@ def correction_from_args(args) -> Tuple[Optional[object], bool]:
 
 def finalize(namespace) -> Dict[str, str]:
     """Validate the flags (driver, before the mismatch flags are finalized); no environment of its own."""
-    from types import SimpleNamespace
-
     def get(dotted, default=None):
         value = getattr(namespace, dotted, None)
         return default if value is None else value
 
-    view = SimpleNamespace(rlhf_ext=SimpleNamespace(**{k.split(".", 1)[1]: getattr(namespace, k, None)
-                                                       for k in vars(namespace) if k.startswith("rlhf_ext.")}))
+    view = rlhf_ext_view(namespace)
     try:
         config, _ = correction_from_args(view)
     except ValueError as exc:
@@ -149,6 +146,13 @@ def configure(loss_fn, args, call_kwargs) -> None:
     config, bypass = correction_from_args(args)
     if config is None:
         return
+    run_as_registered(loss_fn, call_kwargs)
+    loss_fn.rollout_correction = (config, bypass)
+
+
+def run_as_registered(loss_fn, call_kwargs) -> None:
+    """OpenRLHF's own ``ppo`` / ``gspo`` on ``loss_fn`` run as rlhf_ext's functions of the same name (a registered
+    loss already is), so a per-token weight or mask can be applied to their terms."""
     from rlhf_ext.algorithms import get_policy_loss
 
     if getattr(loss_fn, "_registered_fn", None) is None:
@@ -156,7 +160,6 @@ def configure(loss_fn, args, call_kwargs) -> None:
         loss_fn._call_kwargs = call_kwargs(loss_fn, loss_fn._registered_fn)
         if loss_fn.loss_agg_mode is None:
             loss_fn.loss_agg_mode = "token-mean" if loss_fn.token_level_loss else "seq-mean-token-mean"
-    loss_fn.rollout_correction = (config, bypass)
 
 
 def corrected_loss(fn, kwargs, correction, log_probs, old_log_probs, advantages, mask, rollout_log_probs):

@@ -18,12 +18,17 @@ where (``verl.trainer.ppo.core_algos``)     what                                
 ``RLHF_EXT_VERL_KL_CLIP`` set)              (:mod:`.kl`)
 ``verl.utils.config.validate_config``       start-up checks of the rlhf_ext settings     driver
 (patched)                                   (:mod:`.startup`)
-``ray_trainer.compute_advantage`` (patched) ``rlhf_ext_optimal_token_baseline`` gets the  driver (advantages)
-                                            inputs verl gives its own OTB
+``ray_trainer.compute_advantage`` (patched) ``rlhf_ext_optimal_token_baseline`` and       driver (advantages)
+                                            ``rlhf_ext_tir_optimal_token_baseline`` get
+                                            the inputs verl gives its own
                                             (:mod:`.token_baseline`)
 ``rollout_corr_helper.compute_rollout_``    rlhf_ext's rollout-correction modes under     driver
 ``correction_and_add_to_batch`` (patched;   verl's ``algorithm.rollout_correction`` keys
 verl's own values pass through untouched)   (:mod:`.rollout_correction`)
+``ray_trainer.RayPPOTrainer._update_actor``  with ``RLHF_EXT_VERL_ADAPTIVE_ENTROPY``: the       driver
+(patched; untouched when the variable is    adaptive entropy coefficient, stepped per
+unset)                                      step, logged (:mod:`.entropy_control`)
+``engine_workers.ppo_loss`` (patched)       the actor loss applies that coefficient      actor workers
 ==========================================  ===========================================  ==================
 
 Registration happens when ``core_algos`` is imported (a post-import hook), so ``import verl`` in a
@@ -66,6 +71,7 @@ CORE_ALGOS = "verl.trainer.ppo.core_algos"
 VERL_CONFIG = "verl.utils.config"
 RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 ROLLOUT_CORR_HELPER = "verl.trainer.ppo.rollout_corr_helper"
+ENGINE_WORKERS = "verl.workers.engine_workers"
 
 # name in core_algos -> the parameter list this glue was written against (None: must exist).
 ADVANTAGE_SEAMS = {
@@ -160,14 +166,16 @@ def register_all(module=None) -> dict:
                 continue
             module.register_policy_loss(key)(make_verl_policy_loss(name, get_policy_loss(name), module.agg_loss))
             _registered["policy_losses"].append(key)
-        from .token_baseline import VERL_NAME, verl_token_baseline
+        from .token_baseline import token_estimator_names, verl_token_adapter
 
-        current = module.ADV_ESTIMATOR_REGISTRY.get(VERL_NAME)
-        if current is None:
-            module.register_adv_est(VERL_NAME)(verl_token_baseline)
-            _registered["advantages"].append(VERL_NAME)
-        elif current is not verl_token_baseline:
-            _skip(f"advantage estimator {VERL_NAME!r} is already registered in verl by {current!r}")
+        for name in token_estimator_names():  # fed by the compute_advantage hook (.token_baseline)
+            key, adapter = verl_name(name), verl_token_adapter(name)
+            current = module.ADV_ESTIMATOR_REGISTRY.get(key)
+            if current is None:
+                module.register_adv_est(key)(adapter)
+                _registered["advantages"].append(key)
+            elif current is not adapter:
+                _skip(f"advantage estimator {key!r} is already registered in verl by {current!r}")
         return registered()
 
 
@@ -253,20 +261,47 @@ def activate() -> None:
     import_hooks.when_imported(VERL_CONFIG, _on_verl_config)
     import_hooks.when_imported(RAY_TRAINER, _on_ray_trainer)
     import_hooks.when_imported(ROLLOUT_CORR_HELPER, _on_rollout_corr_helper)
+    import_hooks.when_imported(ENGINE_WORKERS, _on_engine_workers)
 
 
 def _on_ray_trainer(module) -> None:
-    """Post-import hook: route ``rlhf_ext_optimal_token_baseline``'s inputs (:mod:`.token_baseline`)."""
+    """Post-import hook: route the token-level estimators' inputs (:mod:`.token_baseline`)."""
     from .token_baseline import SEAM_PARAMS, make_compute_advantage
 
     problems = requirement_problems(module, [Requirement("compute_advantage", SEAM_PARAMS)])
     if problems:
-        logger.error("rlhf_ext: rlhf_ext_optimal_token_baseline is unavailable in verl %s: %s", verl_version(),
+        logger.error("rlhf_ext: the token-level estimators (rlhf_ext_optimal_token_baseline, ...) are unavailable in "
+                     "verl %s: %s", verl_version(),
                      "; ".join(problems))
         return
     if not getattr(module.compute_advantage, "rlhf_ext_patched", False):
         _config_original.append((module, module.compute_advantage))
         module.compute_advantage = make_compute_advantage(module.compute_advantage)
+    from .entropy_control import UPDATE_SEAM, make_update_actor
+
+    problems = requirement_problems(module, [Requirement("RayPPOTrainer._update_actor", UPDATE_SEAM)])
+    if problems:
+        logger.error("rlhf_ext: the adaptive entropy coefficient is unavailable in verl %s: %s", verl_version(),
+                     "; ".join(problems))
+        return
+    trainer = module.RayPPOTrainer
+    if not getattr(trainer._update_actor, "rlhf_ext_patched", False):
+        _config_original.append((trainer, trainer._update_actor))
+        trainer._update_actor = make_update_actor(trainer._update_actor)
+
+
+def _on_engine_workers(module) -> None:
+    """Post-import hook: the actor loss takes the adaptive entropy coefficient (:mod:`.entropy_control`)."""
+    from .entropy_control import LOSS_SEAM, make_ppo_loss
+
+    problems = requirement_problems(module, [Requirement("ppo_loss", LOSS_SEAM)])
+    if problems:
+        logger.error("rlhf_ext: the adaptive entropy coefficient is unavailable in verl %s: %s", verl_version(),
+                     "; ".join(problems))
+        return
+    if not getattr(module.ppo_loss, "rlhf_ext_patched", False):
+        _config_original.append((module, module.ppo_loss))
+        module.ppo_loss = make_ppo_loss(module.ppo_loss)
 
 
 def _on_verl_config(module) -> None:
@@ -303,6 +338,7 @@ def deactivate() -> None:
     import_hooks.clear(VERL_CONFIG)
     import_hooks.clear(RAY_TRAINER)
     import_hooks.clear(ROLLOUT_CORR_HELPER)
+    import_hooks.clear(ENGINE_WORKERS)
     _active.clear()
     helper = sys.modules.get(ROLLOUT_CORR_HELPER)
     if helper is not None:

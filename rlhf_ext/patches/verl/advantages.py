@@ -10,7 +10,9 @@ row>, ...)`` and expects ``(advantages, returns)``, both ``[B, T]``. Rows of one
 2. groups rows by ``uid`` into ``[prompts, n]`` (groups of different sizes are estimated in
    separate calls, one per size, so a batch with a dropped sample still works);
 3. calls the rlhf_ext estimator with the options under ``algorithm.rlhf_ext`` -- the formulas live
-   in :mod:`rlhf_ext.algorithms` and are cited there;
+   in :mod:`rlhf_ext.algorithms` and are cited there; where verl's estimator of the same algorithm has
+   another default (``gpg``: ``alpha_count=nonzero_reward``, :data:`.names.VERL_ESTIMATOR_DEFAULTS`) that
+   default fills an option not given, unless ``RLHF_EXT_VERL_RLHF_EXT_DEFAULTS`` is set;
 4. spreads each advantage over its response tokens (``A * response_mask``); REINFORCE++ and
    REINFORCE++-baseline then whiten over every response token of the batch
    (:func:`rlhf_ext.algorithms.whiten`), as their paper and verl's own implementation do.
@@ -26,7 +28,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 
-from .names import OPTIONS_KEY, WHITENED_ESTIMATORS, named_for_verl, verl_name
+from .names import (OPTIONS_KEY, VERL_ESTIMATOR_DEFAULTS, WHITENED_ESTIMATORS, named_for_verl, rlhf_ext_defaults,
+                    verl_name)
 
 
 def as_plain(value: Any) -> Any:
@@ -49,11 +52,13 @@ def estimator_options(config: Any, name: str, estimator: Callable) -> Dict[str, 
         raw = getter(OPTIONS_KEY, None) if getter is not None else getattr(config, OPTIONS_KEY, None)
     raw = as_plain(raw)
     if raw is None:
-        return {}
+        raw = {}
     if not isinstance(raw, Mapping):
         raise ValueError(f"algorithm.{OPTIONS_KEY} must be a mapping of estimator options "
                          f"(e.g. +algorithm.{OPTIONS_KEY}.k=4), got {raw!r}")
     options = {str(k): v for k, v in raw.items()}
+    if not rlhf_ext_defaults():  # verl's numbers by default (names.VERL_ESTIMATOR_DEFAULTS)
+        options = {**VERL_ESTIMATOR_DEFAULTS.get(name, {}), **options}
     params = inspect.signature(estimator).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return options

@@ -28,6 +28,23 @@ KL_CLIP_ENV = "RLHF_EXT_VERL_KL_CLIP"
 WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
 
+# ``rlhf_ext_<name>`` gives verl's numbers by default where verl's own loss / estimator of that algorithm
+# departs from rlhf_ext's default; the variable (any non-empty value but 0 / false) asks for rlhf_ext's.
+RLHF_EXT_DEFAULTS_ENV = "RLHF_EXT_VERL_RLHF_EXT_DEFAULTS"
+# verl's geo_mean averages the sequence losses of the micro-batch (torch.mean, every row) and its sapo reduces
+# with seq-mean-token-mean, whatever loss_agg_mode says; rlhf_ext's losses are reduced as loss_agg_mode says
+VERL_FIXED_REDUCTION = {"gmpo": "row-mean", "geo_mean": "row-mean", "sapo": "seq-mean-token-mean"}
+# verl's gpg estimator divides by the number of non-zero rewards (compute_gpg_outcome_advantage); the GPG
+# paper (arXiv 2504.02546) and rlhf_ext's default by the number of valid responses
+VERL_ESTIMATOR_DEFAULTS = {"gpg": {"alpha_count": "nonzero_reward"}}
+
+
+def rlhf_ext_defaults() -> bool:
+    """Whether ``RLHF_EXT_VERL_RLHF_EXT_DEFAULTS`` asks for rlhf_ext's behaviour instead of verl's."""
+    value = os.environ.get(RLHF_EXT_DEFAULTS_ENV, "").strip().lower()
+    return value not in ("", "0", "false", "no")
+
+
 def verl_name(rlhf_ext_name: str) -> str:
     """``"passk"`` -> ``"rlhf_ext_passk"``."""
     return PREFIX + rlhf_ext_name

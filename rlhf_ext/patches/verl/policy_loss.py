@@ -8,15 +8,19 @@ expecting ``(scalar loss, {metric: float})``. This adapter:
 1. hands the loss verl's actor settings under verl's own names, for the options the loss has
    (every rlhf_ext loss names its options after verl's keys): ``clip_ratio_low`` /
    ``clip_ratio_high`` (falling back to ``clip_ratio``), ``clip_ratio_c`` (also as ``dual_clip``,
-   PPO's name for it), ``tau_pos`` / ``tau_neg`` from the actor config, ``clip_cov_ratio`` /
-   ``clip_cov_lb`` / ``clip_cov_ub`` / ``kl_cov_ratio`` / ``ppo_kl_coef`` from
-   ``actor.policy_loss`` (options verl has no key for, e.g. VESPO's ``vespo_k_pos``, keep their
+   PPO's name for it, to the losses whose verl counterpart applies it, :data:`VERL_DUAL_CLIP`: verl's
+   actor always sets the key, default 3, and its ``gspo`` has no dual clip), ``tau_pos`` / ``tau_neg`` from the actor config, ``clip_cov_ratio`` /
+   ``clip_cov_lb`` / ``clip_cov_ub`` / ``kl_cov_ratio`` / ``ppo_kl_coef`` / ``dro_beta``
+   from ``actor.policy_loss`` (options verl has no key for, e.g. VESPO's ``vespo_k_pos``, keep their
    defaults);
 2. computes the per-token loss with the rlhf_ext function (formulas and papers in
    :mod:`rlhf_ext.algorithms.ppo_losses`) on the rows that have tokens (verl's rollout-correction
    rejection empties whole rows of ``response_mask``; they contribute zero), multiplied by verl's
    rollout-correction weights when given, as verl's own losses do;
-3. reduces it with verl's own ``agg_loss`` and the actor's ``global_batch_info`` (data-parallel
+3. reduces it as verl's own loss of that algorithm does where that one ignores ``loss_agg_mode``
+   (``gmpo`` / ``geo_mean``: the mean of the rows' losses; ``sapo``: ``seq-mean-token-mean``;
+   :data:`.names.VERL_FIXED_REDUCTION`), unless ``RLHF_EXT_VERL_RLHF_EXT_DEFAULTS`` is set; otherwise
+   with verl's own ``agg_loss`` and the actor's ``global_batch_info`` (data-parallel
    size, global token and sequence counts) and ``loss_scale_factor``, so every verl aggregation
    mode (``token-mean``, ``token-sum``, ``seq-mean-token-sum``, ``seq-mean-token-mean``,
    ``seq-mean-token-sum-norm``) means exactly what it means for verl's losses;
@@ -35,12 +39,12 @@ import torch
 
 from rlhf_ext.algorithms import accepted_options
 
-from .names import named_for_verl
+from .names import VERL_FIXED_REDUCTION, named_for_verl, rlhf_ext_defaults
 from .startup import off_policy_threshold
 
 # verl keys passed under their own name to the losses that have an option of that name.
 _ACTOR_KEYS = ("clip_ratio_c", "tau_pos", "tau_neg")
-_POLICY_LOSS_KEYS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
+_POLICY_LOSS_KEYS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta")
 
 
 def _get(config: Any, key: str, default=None):
@@ -51,12 +55,17 @@ def _get(config: Any, key: str, default=None):
     return default if value is None else value
 
 
+# the rlhf_ext losses whose verl counterpart (vanilla, bypass_mode's ppo_clip) applies clip_ratio_c as a dual clip
+VERL_DUAL_CLIP = ("ppo", "bypass_mode")
+
+
 def loss_options(config: Any, loss: Callable) -> Dict[str, Any]:
     """The rlhf_ext loss options that verl's actor config determines."""
     clip = _get(config, "clip_ratio")
+    dual = getattr(loss, "__name__", None) in VERL_DUAL_CLIP
     settings = {"clip_ratio_low": _get(config, "clip_ratio_low", clip),
                 "clip_ratio_high": _get(config, "clip_ratio_high", clip),
-                "dual_clip": _get(config, "clip_ratio_c")}  # PPO's name for verl's clip_ratio_c
+                "dual_clip": _get(config, "clip_ratio_c") if dual else None}  # PPO's name for verl's clip_ratio_c
     settings.update({key: _get(config, key) for key in _ACTOR_KEYS})
     policy_loss = _get(config, "policy_loss")
     settings.update({key: _get(policy_loss, key) for key in _POLICY_LOSS_KEYS})
@@ -113,8 +122,13 @@ def make_verl_policy_loss(name: str, loss: Callable, agg_loss: Callable) -> Call
         if threshold is not None:
             per_token = _off_policy_masked(per_token, log_prob, old_log_prob, advantages, response_mask.bool(),
                                            threshold)
-        pg_loss = agg_loss(loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
-                           **global_batch_kwargs(config))
+        fixed = None if rlhf_ext_defaults() else VERL_FIXED_REDUCTION.get(name)
+        if fixed == "row-mean":  # verl's geo_mean: torch.mean of the rows' losses, every row counted
+            m = response_mask.to(per_token.dtype)
+            pg_loss = ((per_token * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
+        else:
+            pg_loss = agg_loss(loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=fixed or loss_agg_mode,
+                               **global_batch_kwargs(config))
         out = {f"actor/{key}": float(value.detach().item()) if isinstance(value, torch.Tensor) else float(value)
                for key, value in metrics.items()}
         return pg_loss, out

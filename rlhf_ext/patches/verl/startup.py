@@ -8,13 +8,15 @@ a problem raises ``ValueError`` there, so a run that cannot work stops before th
 * ``algorithm.adv_estimator=rlhf_ext_<name>`` for an estimator that needs the reward's components
   (``gdpo``): verl 0.9.1's ``compute_advantage`` hands ``non_tensor_batch`` only to the estimator
   named exactly ``gdpo``, so the message points there;
-* ``rlhf_ext_optimal_token_baseline``: the estimator needs each token's ``sum_v pi_v^2`` and the
-  old log-probs, which verl computes (``actor.calculate_sum_pi_squared``) and hands only to its own
-  ``optimal_token_baseline`` (equal to rlhf_ext's function, tests/verl_env);
+* ``rlhf_ext_optimal_token_baseline`` / ``rlhf_ext_tir_optimal_token_baseline``: the estimator needs each
+  token's ``sum_v pi_v^2`` and the old log-probs, which verl computes only with
+  ``actor.calculate_sum_pi_squared`` (passed on by :mod:`.token_baseline`; equal to verl's own, tests/verl_env);
 * any other ``rlhf_ext_<name>`` that is not registered;
 * ``actor.kl_loss_type=k3_bias_corrected``: verl's KL loss calls ``kl_penalty(logprob,
   ref_logprob)`` without the old log-probs that the correction weight ``pi / pi_old`` needs (verl's
   own ``k3+`` is its unbiased-gradient KL loss);
+* ``policy_loss.loss_mode=rlhf_ext_bypass_mode``: the loss needs the rollout log-probs as its old ones,
+  which verl hands a loss only in bypass mode, where its trainer selects its own ``bypass_mode`` loss;
 * the loss-mask variables (:data:`TOKEN_MASK_ENVS`), which travel to the workers like
   ``RLHF_EXT_VERL_KL_CLIP`` (``+ray_kwargs.ray_init.runtime_env.env_vars.<NAME>=...``):
   ``RLHF_EXT_VERL_OFF_POLICY_MASK_THRESHOLD`` works with rlhf_ext's losses (``rlhf_ext_<loss>``);
@@ -23,7 +25,8 @@ a problem raises ``ValueError`` there, so a run that cannot work stops before th
   policy loss with only the log-probs, advantages, response mask and config.
 
 :func:`env_problems` runs again when ``core_algos`` is imported (every process), so a worker with a
-bad value stops too.
+bad value stops too. ``RLHF_EXT_VERL_ADAPTIVE_ENTROPY`` is checked here too (:mod:`.entropy_control`:
+its syntax, bounds around ``actor.entropy_coeff``, an entropy to measure, no distillation).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ TOP_ENTROPY_ENV = "RLHF_EXT_VERL_TOP_ENTROPY_QUANTILE"
 TRUNCATED_ENV = "RLHF_EXT_VERL_MASK_TRUNCATED_COMPLETIONS"
 TOKEN_MASK_ENVS = (OFF_POLICY_ENV, TOP_ENTROPY_ENV, TRUNCATED_ENV)
 BIAS_CORRECTED_KL = "k3_bias_corrected"
+BYPASS_LOSS = "bypass_mode"  # rlhf_ext.algorithms.bypass_mode
 VALIDATE_SEAM = ("config", "use_reference_policy", "use_critic")
 
 
@@ -78,7 +82,9 @@ def env_problems() -> List[str]:
             f"{TRUNCATED_ENV} is set, but verl 0.9.1's policy loss receives no truncation flag (only the response "
             "mask), so truncated completions cannot be told apart on verl; unset it (verl's DAPO recipe shapes "
             "overlong responses in the reward instead)")
-    return problems
+    from .entropy_control import env_problems as entropy_env_problems
+
+    return problems + entropy_env_problems()
 
 
 def _get(node: Any, dotted: str, default=None):
@@ -92,21 +98,26 @@ def _get(node: Any, dotted: str, default=None):
 
 def config_problems(config: Any) -> List[str]:
     """Everything in a verl run config that rlhf_ext cannot run (empty: fine)."""
-    from rlhf_ext.algorithms import available_advantages, get_advantage, host_inputs
+    from rlhf_ext.algorithms import available_advantages, available_token_advantages, get_advantage, host_inputs
 
     problems = env_problems()
     estimator = str(_get(config, "algorithm.adv_estimator", ""))
     if estimator.startswith(PREFIX):
         name = estimator[len(PREFIX):]
-        if name == "optimal_token_baseline":
+        if name in available_token_advantages():
             if not _get(config, "actor_rollout_ref.actor.calculate_sum_pi_squared", False):
                 problems.append(
-                    f"algorithm.adv_estimator={estimator}: the optimal token baseline needs each token's "
+                    f"algorithm.adv_estimator={estimator}: the token-level estimator needs each token's "
                     "sum_pi_squared (sum over the vocabulary of pi^2), which verl's actor computes only with "
                     "actor_rollout_ref.actor.calculate_sum_pi_squared=True")
         elif name not in available_advantages():
             problems.append(f"algorithm.adv_estimator={estimator} is not an rlhf_ext estimator; rlhf_ext's: "
                             + ", ".join(PREFIX + n for n in available_advantages()))
+        elif "turns" in host_inputs(get_advantage(name)):
+            problems.append(
+                f"algorithm.adv_estimator={estimator} assigns an advantage per agent turn from each turn's reward "
+                "and anchor state, and verl 0.9.1's compute_advantage passes an estimator token rewards, masks and "
+                "the group index only (no turns); GiGPO runs on OpenRLHF's multi-turn agent executor")
         elif "components" in host_inputs(get_advantage(name)):
             problems.append(
                 f"algorithm.adv_estimator={estimator} normalises each reward component separately, but verl 0.9.1 "
@@ -121,11 +132,19 @@ def config_problems(config: Any) -> List[str]:
             "verl 0.9.1's KL loss calls kl_penalty(logprob, ref_logprob) without the old log-probs; verl's own "
             "kl_loss_type=k3+ is its unbiased-gradient KL loss")
     loss_mode = str(_get(actor, "policy_loss.loss_mode", "vanilla"))
+    if loss_mode == PREFIX + BYPASS_LOSS:
+        problems.append(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}: the loss needs the rollout log-probs in place "
+            "of the old ones, which verl 0.9.1 does only with algorithm.rollout_correction.bypass_mode=true, and then "
+            "its apply_bypass_mode sets loss_mode to its own bypass_mode (equal to rlhf_ext's, tests/verl_env): "
+            "use algorithm.rollout_correction.bypass_mode=true")
     if _env(OFF_POLICY_ENV) is not None and not loss_mode.startswith(PREFIX):
         problems.append(
             f"{OFF_POLICY_ENV} applies to rlhf_ext's policy losses, but actor_rollout_ref.actor.policy_loss.loss_mode="
             f"{loss_mode} is verl's own: use {PREFIX}{'ppo' if loss_mode == 'vanilla' else loss_mode} or unset it")
-    return problems
+    from .entropy_control import config_problems as entropy_config_problems
+
+    return problems + entropy_config_problems(config, _get)
 
 
 def make_validate_config(original):

@@ -1,0 +1,231 @@
+"""Precision and recall of math graders on a labelled corpus of real model outputs.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/grading_recall.py [--qwen-python PY --qwen-eval-dir DIR] [--show N] [--json out.json]
+
+The corpus is ``tests/data/graded_responses.jsonl.gz`` (its origin, licences and labels:
+``tests/data/SOURCES.md``): 800 Qwen2.5-Math-7B-Instruct responses to 100 MATH problems
+(Qwen2.5-Math's ``math_cot_100.jsonl``) and 600 GPT-3 responses to 150 GSM8K problems (OpenAI's
+``example_model_solutions.jsonl``), each labelled right or wrong. The graders:
+
+- ``rlhf_ext eval``: ``MathGrader(require_anchor=False)``, evalkit's grader;
+- ``rlhf_ext reward``: ``MathGrader(require_anchor=True)``, the training reward (an answer counts only
+  when stated with an anchor such as ``\\boxed{}`` or "the answer is"; GSM8K's "A: 18" is no anchor,
+  so its recall there is low by design);
+- ``math-verify``: as its README calls it, ``verify(parse(gold), parse(response))`` with the default
+  extraction configs, in the main thread with its own timeouts;
+- ``qwen math_equal``: Qwen2.5-Math's evaluation harness (``extract_answer(response, data)``, then
+  ``math_equal(pred, gold)``), run in its own Python, because it needs sympy 1.12 and its bundled
+  latex2sympy with antlr 4.11. It is never copied into this repository; to get it::
+
+      git clone https://github.com/QwenLM/Qwen2.5-Math /tmp/qwen25math   # its evaluation/ is MIT
+      python3 -m venv /tmp/qwen-venv
+      /tmp/qwen-venv/bin/pip install sympy==1.12 antlr4-python3-runtime==4.11.1 word2number regex numpy
+      /tmp/qwen-venv/bin/pip install --no-deps -e /tmp/qwen25math/evaluation/latex2sympy
+      ... --qwen-python /tmp/qwen-venv/bin/python --qwen-eval-dir /tmp/qwen25math/evaluation
+
+  Without these options its row is left out.
+
+The labels of the MATH part were made by that same harness; every disagreement between the graders
+was read by hand and the labels found wrong were corrected (``source_label`` keeps the original), so
+no grader is right by construction. ``--show N`` prints up to N disagreements per grader with the
+gold, the label and each grader's verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(REPO, "tests", "data", "graded_responses.jsonl.gz")
+
+
+def load_corpus(path: str = CORPUS):
+    """[{"id", "dataset", "gold", "response", "source_label", "label"}] from the gzipped JSON lines."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# Labels of the sources found wrong by reading the response (id -> corrected label, why); SOURCES.md lists them.
+LABEL_FIXES = {
+    # Boxed 10000 against the gold 10{,}000: the same number; Qwen's math_equal cannot read the gold's
+    # LaTeX thousands separator, so its harness scored this right answer wrong.
+    "math-72-7": (True, "boxed 10000 is the gold 10{,}000; Qwen's math_equal misreads the gold's {,} separator"),
+}
+GSM8K_PROBLEMS = 150
+GSM8K_MODELS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
+
+
+def build_corpus(qwen_jsonl: str, gsm_jsonl: str, out: str = CORPUS) -> int:
+    """Write the corpus from the two source files (see tests/data/SOURCES.md); returns its row count."""
+    import re
+
+    rows = []
+    with open(qwen_jsonl, encoding="utf-8") as f:
+        for line in f:
+            src = json.loads(line)
+            for j, (response, score) in enumerate(zip(src["code"], src["score"])):
+                rows.append({"id": f"math-{src['idx']}-{j}", "dataset": "math", "gold": src["gt"],
+                             "response": response, "source_label": bool(score)})
+    with open(gsm_jsonl, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= GSM8K_PROBLEMS:
+                break
+            src = json.loads(line)
+            gold = re.search(r"A: (.*)$", src["ground_truth"].strip()).group(1).strip()
+            for model in GSM8K_MODELS:
+                rows.append({"id": f"gsm8k-{i}-{model}", "dataset": "gsm8k", "gold": gold,
+                             "response": src[model]["solution"], "source_label": bool(src[model]["is_correct"])})
+    for r in rows:
+        r["label"] = LABEL_FIXES[r["id"]][0] if r["id"] in LABEL_FIXES else r["source_label"]
+    unknown = set(LABEL_FIXES) - {r["id"] for r in rows}
+    if unknown:
+        raise SystemExit(f"LABEL_FIXES names rows that are not in the corpus: {sorted(unknown)}")
+    with gzip.GzipFile(out, "wb", mtime=0) as f:  # mtime 0: the same sources give the same bytes
+        f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
+    return len(rows)
+
+
+def grade_rlhf_ext(rows, require_anchor: bool):
+    from rlhf_ext.rewards import MathGrader
+
+    with MathGrader(require_anchor=require_anchor) as grader:
+        results = grader.grade_batch([r["response"] for r in rows], [r["gold"] for r in rows])
+    return [bool(x.correct) for x in results]
+
+
+def grade_math_verify(rows):
+    import logging
+
+    from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    out, golds = [], {}
+    for r in rows:
+        if r["gold"] not in golds:
+            golds[r["gold"]] = parse("$" + r["gold"] + "$")
+        out.append(bool(verify(golds[r["gold"]], parse(r["response"]))))
+    return out
+
+
+def _qwen_child(eval_dir: str) -> None:
+    """Child mode, in Qwen's Python: JSON lines {"response", "gold", "dataset"} in, one verdict a line out.
+
+    As Qwen2.5-Math's harness does (``math_eval.py`` / ``evaluate.py``): the prediction is
+    ``extract_answer(response, data_name)``, the gold ``strip_string(gold)``, the verdict
+    ``math_equal(pred, gold)``."""
+    sys.path.insert(0, eval_dir)
+    from grader import math_equal  # noqa: E402  (Qwen's evaluation/grader.py)
+    from parser import extract_answer, strip_string  # noqa: E402  (Qwen's evaluation/parser.py)
+
+    for line in sys.stdin:
+        row = json.loads(line)
+        data_name = "gsm8k" if row["dataset"] == "gsm8k" else "math"
+        try:
+            ok = bool(math_equal(extract_answer(row["response"], data_name), strip_string(row["gold"]), timeout=True))
+        except Exception:  # the harness scores a crash as wrong
+            ok = False
+        sys.stdout.write(json.dumps(ok) + "\n")
+        sys.stdout.flush()
+
+
+def grade_qwen(rows, python: str, eval_dir: str):
+    for needed in ("grader.py", "parser.py"):
+        if not os.path.isfile(os.path.join(eval_dir, needed)):
+            raise SystemExit(f"--qwen-eval-dir {eval_dir!r} has no {needed}: pass Qwen2.5-Math's evaluation/ folder")
+    payload = "".join(json.dumps({"response": r["response"], "gold": r["gold"], "dataset": r["dataset"]}) + "\n"
+                      for r in rows)
+    proc = subprocess.run([python, os.path.abspath(__file__), "--qwen-child", eval_dir], input=payload,
+                          capture_output=True, text=True, cwd=eval_dir)
+    verdicts = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
+    if proc.returncode != 0 or len(verdicts) != len(rows):
+        raise SystemExit(f"Qwen's math_equal failed (rc={proc.returncode}, {len(verdicts)}/{len(rows)} verdicts):\n"
+                         + proc.stderr[-3000:])
+    return verdicts
+
+
+def scores(verdicts, labels):
+    """{"tp", "fp", "fn", "tn", "precision", "recall", "agreement"} of verdicts against labels."""
+    tp = sum(v and lab for v, lab in zip(verdicts, labels))
+    fp = sum(v and not lab for v, lab in zip(verdicts, labels))
+    fn = sum(lab and not v for v, lab in zip(verdicts, labels))
+    tn = len(labels) - tp - fp - fn
+    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn,
+            "precision": tp / (tp + fp) if tp + fp else 1.0,
+            "recall": tp / (tp + fn) if tp + fn else 1.0,
+            "agreement": (tp + tn) / len(labels) if labels else 1.0}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default=CORPUS)
+    ap.add_argument("--qwen-python", help="Python with Qwen2.5-Math's evaluation requirements (see the docstring)")
+    ap.add_argument("--qwen-eval-dir", help="Qwen2.5-Math's evaluation/ folder (grader.py, parser.py)")
+    ap.add_argument("--show", type=int, default=0, help="print up to N disagreements with the labels per grader")
+    ap.add_argument("--json", help="write verdicts and scores here")
+    ap.add_argument("--build", nargs=2, metavar=("MATH_COT_100_JSONL", "GSM8K_EXAMPLES_JSONL"),
+                    help="rebuild the corpus from the source files (tests/data/SOURCES.md) and exit")
+    ap.add_argument("--qwen-child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.qwen_child:
+        _qwen_child(args.qwen_child)
+        return 0
+    if args.build:
+        print(f"wrote {build_corpus(*args.build, out=args.corpus)} rows to {args.corpus}")
+        return 0
+    if bool(args.qwen_python) != bool(args.qwen_eval_dir):
+        ap.error("--qwen-python and --qwen-eval-dir go together")
+    rows = load_corpus(args.corpus)
+    graders = {"rlhf_ext eval": lambda: grade_rlhf_ext(rows, False),
+               "rlhf_ext reward": lambda: grade_rlhf_ext(rows, True),
+               "math-verify": lambda: grade_math_verify(rows)}
+    if args.qwen_python:
+        graders["qwen math_equal"] = lambda: grade_qwen(rows, args.qwen_python, args.qwen_eval_dir)
+    verdicts, seconds = {}, {}
+    for name, run in graders.items():
+        t0 = time.perf_counter()
+        verdicts[name] = run()
+        seconds[name] = time.perf_counter() - t0
+    datasets = sorted({r["dataset"] for r in rows})
+    table = {}
+    per_part = ", ".join(f"{d}: {sum(r['dataset'] == d for r in rows)}" for d in datasets)
+    print(f"{len(rows)} responses ({per_part}), {sum(r['label'] for r in rows)} labelled right")
+    print(f"{'grader':18s} {'part':8s} {'precision':>9s} {'recall':>7s} {'agree':>7s} {'FP':>4s} {'FN':>4s} {'seconds':>8s}")
+    for name, v in verdicts.items():
+        for part in datasets + ["all"]:
+            idx = [i for i, r in enumerate(rows) if part in ("all", r["dataset"])]
+            s = scores([v[i] for i in idx], [rows[i]["label"] for i in idx])
+            table[f"{name}/{part}"] = s
+            sec = f"{seconds[name]:8.1f}" if part == "all" else ""
+            print(f"{name:18s} {part:8s} {s['precision']:9.2%} {s['recall']:7.2%} {s['agreement']:7.2%} "
+                  f"{s['fp']:4d} {s['fn']:4d} {sec:>8s}")
+    names = list(verdicts)
+    split = [i for i, r in enumerate(rows) if len({verdicts[n][i] for n in names}) > 1]
+    print(f"graders disagree on {len(split)} responses; labels corrected by hand: "
+          f"{sum(r['label'] != r['source_label'] for r in rows)}")
+    if args.show:
+        for name in names:
+            wrong = [i for i in range(len(rows)) if verdicts[name][i] != rows[i]["label"]]
+            print(f"\n== {name}: {len(wrong)} verdicts differ from the label")
+            for i in wrong[:args.show]:
+                r = rows[i]
+                tail = r["response"][-160:].replace("\n", " ")
+                others = ", ".join(f"{n}={int(verdicts[n][i])}" for n in names)
+                print(f"  {r['id']}: gold {r['gold']!r} label {int(r['label'])} [{others}]\n      ...{tail}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"scores": table, "seconds": seconds,
+                       "verdicts": {n: {rows[i]["id"]: verdicts[n][i] for i in range(len(rows))} for n in names}},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
