@@ -27,6 +27,14 @@ class StandInTransferDock:
         self.n = len(next(iter(columns.values())))
         self.consumed = set()
         self.results = {}
+        self.metrics = {}
+
+    def update_metrics(self, key="", value=None, cumulate=False):
+        """What workers send for the trainer's log: each key's values in the order they came."""
+        self.metrics.setdefault(key, []).append(value)
+
+    def metric(self, key):
+        return self.metrics.get(key, [])
 
     def all_consumed(self, stage):
         return len(self.consumed) >= self.n

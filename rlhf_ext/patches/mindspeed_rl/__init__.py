@@ -19,10 +19,14 @@ where                                                 what                      
 ``models.rollout.vllm_engine.VLLMInferEngine``        rollout log-probs kept per output          actor workers
 ``workers.actor_hybrid_worker`` (2 seams)             ``rollout_log_probs`` column in and out    actor workers
 ``trainer.utils.data_strategy.DataStrategy`` (2)      the column in the transfer dock            trainer task
+``workers.actor_hybrid_worker...update``              adaptive entropy: the step's coefficient   actor workers
+``models.actor.Actor.update_actor``                   adaptive entropy: the step's entropy       actor workers
 ====================================================  =========================================  ===================
 
-The last four carry the engine's log-probs to the actor losses for the rollout correction
-(:mod:`.rollout_correction`; they pass through when it is not configured).
+The four before them carry the engine's log-probs to the actor losses for the rollout correction
+(:mod:`.rollout_correction`; they pass through when it is not configured); the last two step the
+entropy coefficient of ``rl_config.adaptive_entropy`` (:mod:`.entropy_control`; they pass through
+without it).
 
 MindSpeed-RL's ``cli/train_{grpo,dapo,ppo}.py`` is the driver: ``--plugin rlhf_ext`` is removed
 from its argv before Hydra parses it (:mod:`rlhf_ext.patches.activation.startup`), and a bad ``rl_config``
@@ -60,6 +64,7 @@ VALIDATE_CONFIG = PKG + ".config_cls.validate_config"
 VLLM_ENGINE = PKG + ".models.rollout.vllm_engine"
 ACTOR_WORKER = PKG + ".workers.actor_hybrid_worker"
 DATA_STRATEGY = PKG + ".trainer.utils.data_strategy"
+ACTOR = PKG + ".models.actor"
 TRAINERS = tuple(PKG + f".trainer.{t}_trainer_hybrid" for t in ("grpo", "dapo", "ppo"))
 
 _TASK_PARAMS = (
@@ -127,6 +132,22 @@ def _rollout_correction_patches():
             params=("self", "should_filter", "max_num_prompt_in_batch", "td_max_len", "n_samples_per_prompt", "metrics",
                     "max_age", "gbs_train", "addition_columns", "addition_consumers", "dataset_additional_keys"),
             make=_RC + "make_build_with_column",
+        ),
+    ]
+
+
+def _entropy_control_patches():
+    return [
+        Patch(
+            name="adaptive entropy: the step's coefficient", module=ACTOR_WORKER,
+            target="ActorHybridWorkerBase.update", params=("self", "kl_ctrl", "skip_actor_log_prob"),
+            make=_HERE + ".entropy_control:make_worker_update",
+        ),
+        Patch(
+            name="adaptive entropy: the step's entropy", module=ACTOR, target="Actor.update_actor",
+            params=("self", "data", "kl_ctrl"), make=_HERE + ".entropy_control:make_update_actor",
+            # the coefficient reaches the loss through this method, from the engine's entropy_coeff
+            requires=(Requirement("Actor.get_loss_meta_func", ("self",)),),
         ),
     ]
 
@@ -200,6 +221,7 @@ PATCHES = tuple(
     + _loss_patches(GRPO_LOSS, "GRPOActorLossFunc", "make_grpo_compute_loss", with_kl=True)
     + _loss_patches(DAPO_LOSS, "DAPOActorLossFunc", "make_dapo_compute_loss", with_kl=False)
     + _rollout_correction_patches()
+    + _entropy_control_patches()
 )
 
 for _patch in PATCHES:

@@ -36,6 +36,8 @@ key                        meaning
                            differ from the trainer's (:mod:`.rollout_correction`)
 ``distillation``           on-policy distillation from the reference slot's model (the teacher), verl's
                            ``DistillationLossConfig`` names (:mod:`.distillation`, docs/distillation.md)
+``adaptive_entropy``       the entropy bonus's coefficient steps toward a target entropy each step
+                           (Skywork-OR1; TRL's names, initial ``entropy_coeff``; :mod:`.entropy_control`)
 ``verifier_function``      also ``rlhf_ext:NAME`` (an rlhf_ext reward or preset), weights as usual;
                            rlhf_ext rewards grade with a per-sample timeout of
                            ``verifier_timeout`` seconds (a MindSpeed-RL key it never reads)
@@ -79,7 +81,7 @@ WHITENED_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
 NEW_KEYS = ("adv_estimator_options", "policy_loss_type", "loss_agg_mode", "loss_agg_max_len", "kl_clip",
             "policy_loss_options", "top_entropy_quantile", "off_policy_mask_threshold", "mask_truncated_completions",
-            "distillation")
+            "distillation", "adaptive_entropy")
 # The loss options the plugin sets from MindSpeed-RL's own clip keys (not allowed in policy_loss_options),
 # and their old names (accepted by the losses for one release).
 CLIP_OPTIONS = ("clip_ratio_low", "clip_ratio_high", "eps_low", "eps_high")
@@ -513,6 +515,9 @@ def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str
     settings.update(check_token_masks(ours, source))
     settings.update(correction)
     settings.update(check_distillation(ours.get("distillation"), source, settings))
+    from .entropy_control import check_adaptive_entropy
+
+    settings.update(check_adaptive_entropy(ours.get("adaptive_entropy"), source))
     check_verifiers(_plain(source.get("verifier_function", ["base_acc"])), _plain(source.get("verifier_weight", [1.0])))
     return source, settings
 

@@ -25,6 +25,8 @@ With no rlhf_ext setting the original ``compute_loss`` runs, bit for bit. Otherw
   their mask before aggregation (counts from the full mask, as TRL does); the entropy is computed
   for the first even with ``entropy_coeff: 0``, and the second measures the KL from
   ``old_log_prob`` (the policy that sampled, in MindSpeed-RL's batch).
+* ``adaptive_entropy`` (:mod:`.entropy_control`): the entropy is computed even at ``entropy_coeff: 0``, for
+  the controller that steps the coefficient;
 * on-policy distillation (``rl_config.distillation``, :mod:`.distillation`): the teacher's log-probs are the
   batch's ``ref_log_prob``; the distillation term replaces GRPO's KL-to-reference term;
 * rollout correction (``rl_config.rollout_is`` / ``rollout_rs``, :mod:`.rollout_correction`):
@@ -193,7 +195,8 @@ def _make_compute_loss(original, module, with_kl: bool, default_mode):
         if forward_only or not _uses_rlhf_ext(self):
             return original(self, output, batch, forward_only, non_loss_data, **kwargs)
         settings = getattr(self, SETTINGS_ATTR, None) or {}
-        needs_entropy = self.entropy_coeff != 0 or settings.get("top_entropy_quantile") is not None
+        needs_entropy = (self.entropy_coeff != 0 or settings.get("top_entropy_quantile") is not None
+                         or bool(settings.get("adaptive_entropy")))  # its controller measures it at 0 too
         log_probs, entropy = self.compute_log_probs(
             output=output, batch=batch, skip_entropy=not needs_entropy, **kwargs)
         mask = _mask(batch, log_probs, module.generate_mask)
