@@ -39,7 +39,7 @@ def _trainer(entropies, coef=0.0, **flags):
         seen.append(self.args.actor.entropy_coef)  # what OpenRLHF's training_step reads this step
         return {"entropy_loss": entropies[len(seen) - 1], "policy_loss": 0.0}
 
-    return SimpleNamespace(args=args), original, seen
+    return SimpleNamespace(args=args, strategy=SimpleNamespace()), original, seen
 
 
 def test_ppo_train_seam_applies_then_steps_the_coefficient():
@@ -93,3 +93,77 @@ def check_adaptive_entropy_run(metrics_rows, *, initial: float, delta: float, ta
         expected = (initial if i == 0 else previous_next) + (delta if entropy <= target else -delta)
         assert nxt == pytest.approx(min(max(expected, 0.0), 1.0)), (i, value)  # within the default bounds [0, 1]
         previous_next = nxt
+
+
+# A real DeepSpeed engine (gloo, one rank) saved and loaded through OpenRLHF's DeepspeedStrategy as patched:
+# a resumed run's controller continues where the saved one stopped.
+_CHECKPOINT_ROUND_TRIP = """
+import json, os, sys
+from types import SimpleNamespace as ns
+
+import deepspeed
+import torch
+
+from rlhf_ext.npu.cpu_shim import transfer_to_cpu
+from rlhf_ext.patches import activate
+
+transfer_to_cpu()  # the CPU target's shim, as in a CPU run: OpenRLHF's save syncs CUDA
+activate(["rlhf_ext"], role="test")
+from openrlhf.utils.deepspeed.deepspeed import DeepspeedStrategy
+
+from rlhf_ext.patches.openrlhf.entropy_control import controller, make_ppo_train
+
+ckpt = sys.argv[1]
+deepspeed.init_distributed(dist_backend="gloo")
+
+
+def engine():
+    torch.manual_seed(0)
+    model, *_ = deepspeed.initialize(model=torch.nn.Linear(2, 2), config={"train_micro_batch_size_per_gpu": 1})
+    return model
+
+
+def trainer(coef=0.0):
+    args = ns(actor=ns(entropy_coef=coef), rlhf_ext=ns(adaptive_entropy=True, entropy_target=0.5,
+              entropy_coef_delta=0.1, entropy_coef_min=None, entropy_coef_max=None))
+    strategy = DeepspeedStrategy.__new__(DeepspeedStrategy)
+    strategy.args = args
+    return ns(args=args, strategy=strategy)
+
+
+first = trainer()
+entropies = iter([0.3, 0.2, 0.4])
+ppo_train = make_ppo_train(lambda self, kl_ctl: {"entropy_loss": next(entropies)})
+for _ in range(3):
+    ppo_train(first, 0.0)  # coef 0 -> 0.1 -> 0.2 -> 0.3, each step at or below the target
+model = engine()
+first.strategy.save_ckpt(model, os.path.join(ckpt, "_actor"), tag="global_step3", client_state={"global_step": 3})
+first.strategy.save_ckpt(model, os.path.join(ckpt, "_critic"), tag="global_step3", client_state={"global_step": 3})
+
+resumed = trainer()
+_, states = resumed.strategy.load_ckpt(engine(), os.path.join(ckpt, "_actor"))
+_, critic_states = resumed.strategy.load_ckpt(engine(), os.path.join(ckpt, "_critic"))
+state = controller(resumed)
+fresh = controller(trainer())
+print(json.dumps({"saved": states.get("rlhf_ext_entropy_controller"), "global_step": states.get("global_step"),
+                  "critic_has_it": "rlhf_ext_entropy_controller" in critic_states,
+                  "resumed": [state.coef, state.last_entropy, state.applied()], "fresh": [fresh.coef, fresh.applied()]}))
+"""
+
+
+def test_the_controller_is_saved_with_the_actor_checkpoint_and_restored_on_resume(tmp_path, free_port):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0",
+           "WORLD_SIZE": "1", "LOCAL_RANK": "0"}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", _CHECKPOINT_ROUND_TRIP, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["saved"] == {"coef": pytest.approx(0.3), "last_entropy": 0.4} and out["global_step"] == 3
+    assert not out["critic_has_it"]  # only the actor's checkpoint carries it
+    assert out["resumed"] == [pytest.approx(0.3), 0.4, pytest.approx(0.3)]
+    assert out["fresh"] == [0.0, 0.0]  # without a checkpoint: --actor.entropy_coef, no bonus before a measurement

@@ -57,6 +57,8 @@ where                                          what                             
 ``deepspeed.DeepspeedStrategy.backward``       guard: checks before backward                PolicyModelActor
 ``deepspeed.DeepspeedStrategy.optimizer_step`` guard: gradients at the accumulation          PolicyModelActor
                                                boundary, DeepSpeed's skipped steps
+``deepspeed.DeepspeedStrategy.{save,load}_ckpt`` the adaptive entropy controller in the      PolicyModelActor
+                                               actor checkpoint (:mod:`.entropy_control`)
 ``launcher.BaseModelActor.execute_batch``      the reference follows the policy: weights    model actors
                                                out, mix in (:mod:`.ref_sync`)
 ``ppo_trainer.BasePPOTrainer.train_step``      the reference's periodic sync                PPOTrainer actor
@@ -231,6 +233,22 @@ PATCHES = (
         target="ActorPPOTrainer.ppo_train",
         params=("self", "kl_ctl"),
         make=_HERE + ".entropy_control:make_ppo_train",
+    ),
+    Patch(
+        name="adaptive entropy coefficient: saved with the actor checkpoint",
+        module=DEEPSPEED,
+        target="DeepspeedStrategy.save_ckpt",
+        params=("self", "model", "save_dir", "tag", "max_num", "max_mem", "client_state", "save_latest",
+                "metric_value", "metric_key"),
+        make=_HERE + ".entropy_control:make_save_ckpt",
+    ),
+    Patch(
+        name="adaptive entropy coefficient: restored from the actor checkpoint",
+        module=DEEPSPEED,
+        target="DeepspeedStrategy.load_ckpt",
+        params=("self", "model", "load_dir", "tag", "load_module_strict", "load_optimizer_states",
+                "load_lr_scheduler_states", "load_module_only"),
+        make=_HERE + ".entropy_control:make_load_ckpt",
     ),
     Patch(
         name="zero-advantage update counts",

@@ -11,8 +11,13 @@ holds, so every rank takes the same step. ``--actor.entropy_coef`` is the initia
 
 The controller steps once per global step (Skywork-OR1's ``k``); TRL steps once per optimizer step,
 the same thing when a rollout batch is one optimizer step (OpenRLHF's default). Logged per step:
-``rlhf_ext/entropy_coef`` (applied this step) and ``rlhf_ext/entropy_coef_next``. The controller's
-state is not in the checkpoint: a resumed run starts again from ``--actor.entropy_coef``.
+``rlhf_ext/entropy_coef`` (applied this step) and ``rlhf_ext/entropy_coef_next``.
+
+The controller's state (coefficient, last entropy) is in the actor's DeepSpeed checkpoint: the seam
+``DeepspeedStrategy.save_ckpt`` adds it to the ``client_state`` of a save into ``<ckpt.path>/_actor``
+(under :data:`CHECKPOINT_KEY`), and ``DeepspeedStrategy.load_ckpt`` hands it to the controller the
+resumed run builds, so ``--ckpt.load_enable`` continues with the coefficient where it stopped. The
+controller lives on the process's strategy (one per model process in OpenRLHF), which both seams see.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ FLAG = "--rlhf_ext.adaptive_entropy"
 APPLIED_KEY = "rlhf_ext/entropy_coef"
 NEXT_KEY = "rlhf_ext/entropy_coef_next"
 STATE_ATTR = "_rlhf_ext_entropy_controller"
+LOADED_ATTR = "_rlhf_ext_entropy_controller_loaded"
+CHECKPOINT_KEY = "rlhf_ext_entropy_controller"
+ACTOR_CKPT_DIR = "_actor"  # PolicyModelActor saves into <ckpt.path>/_actor
 OPTIONS = (("entropy_target", 0.2, "target entropy (TRL's entropy_target)"),
            ("entropy_coef_delta", 0.005, "step of the coefficient per global step (TRL's entropy_coef_delta)"),
            ("entropy_coef_min", 0.0, "lower bound of the coefficient"),
@@ -73,15 +81,58 @@ def finalize(namespace) -> None:
 
 
 def controller(trainer):
-    """The trainer's controller (built on first use from its ``args``), or None when the flag is off."""
+    """The trainer's controller (built on first use from its ``args``, then from a resumed checkpoint's
+    state when there is one), or None when the flag is off."""
     args = trainer.args
     if not setting(args, "rlhf_ext.adaptive_entropy", False):
         return None
-    state = trainer.__dict__.get(STATE_ATTR)
+    holder = trainer.strategy.__dict__
+    state = holder.get(STATE_ATTR)
     if state is None:
         state = _controller(lambda dotted: setting(args, dotted))
-        trainer.__dict__[STATE_ATTR] = state
+        loaded = holder.pop(LOADED_ATTR, None)
+        if loaded is not None:
+            state.load_state_dict(loaded)
+        holder[STATE_ATTR] = state
     return state
+
+
+def _is_actor_checkpoint(save_dir) -> bool:
+    import os
+
+    return os.path.basename(os.path.normpath(str(save_dir))) == ACTOR_CKPT_DIR
+
+
+def make_save_ckpt(original, module=None):
+    """``DeepspeedStrategy.save_ckpt``: the controller's state joins the actor checkpoint's ``client_state``."""
+
+    @functools.wraps(original)
+    def save_ckpt(self, model, save_dir, tag=None, max_num=3, max_mem=1000, client_state=None, save_latest=True,
+                  metric_value=None, metric_key=None):
+        state = self.__dict__.get(STATE_ATTR)
+        if state is not None and _is_actor_checkpoint(save_dir):
+            client_state = {**(client_state or {}), CHECKPOINT_KEY: state.state_dict()}
+        return original(self, model, save_dir, tag, max_num, max_mem, client_state, save_latest,
+                         metric_value, metric_key)
+
+    return save_ckpt
+
+
+def make_load_ckpt(original, module=None):
+    """``DeepspeedStrategy.load_ckpt``: keep a saved controller state for the controller the run builds."""
+
+    @functools.wraps(original)
+    def load_ckpt(self, model, load_dir, *args, **kwargs):
+        load_path, states = original(self, model, load_dir, *args, **kwargs)
+        saved = states.get(CHECKPOINT_KEY) if isinstance(states, dict) else None
+        if saved is not None and _is_actor_checkpoint(load_dir):
+            if STATE_ATTR in self.__dict__:
+                self.__dict__[STATE_ATTR].load_state_dict(saved)
+            else:
+                self.__dict__[LOADED_ATTR] = saved
+        return load_path, states
+
+    return load_ckpt
 
 
 def make_ppo_train(original, module=None):
