@@ -89,6 +89,12 @@ def test_bad_flags_are_argparse_errors(parse, capfd, argv, message):
     assert_argparse_error(parse, capfd, argv, message)
 
 
+def test_resuming_warns_that_the_synced_reference_restarts_from_the_pretrained_weights(parse):
+    with pytest.warns(UserWarning, match="reference's synced weights are not in OpenRLHF's checkpoint"):
+        args = parse("--rlhf_ext.sync_ref_model", "--ckpt.load_enable")
+    assert args.rlhf_ext.sync_ref_model is True
+
+
 def check_ref_sync_run(metrics_rows, *, every: int):
     """The assertions for a real run with ``--rlhf_ext.sync_ref_model --rlhf_ext.ref_model_sync_steps EVERY``:
     the steps whose count is a multiple of EVERY synced, the others not, and after each sync every reference

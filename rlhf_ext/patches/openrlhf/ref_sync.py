@@ -19,7 +19,9 @@ and 512; :func:`rlhf_ext.algorithms.ref_sync.mix_into_reference`). Seams:
 The weights travel through Ray's object store on the CPU once per period (the whole model). Refused at
 start-up: ZeRO-3 (the actors hold parameter shards), LoRA (the policy's parameters are not the
 reference's), ``--ds.enable_sleep`` (the reference's states are offloaded), no reference model
-(``--algo.kl.init_coef 0``).
+(``--algo.kl.init_coef 0``). With ``--ckpt.load_enable`` a warning says that the reference's synced weights
+are not in OpenRLHF's checkpoint (it saves the policy and critic only): a resumed run's reference starts
+again from the pretrained weights and follows the policy from there, as TRL's does.
 """
 
 from __future__ import annotations
@@ -85,6 +87,12 @@ def finalize(namespace) -> None:
     if int(get("ds.lora.rank", 0) or 0) > 0:
         raise ValueError(f"{FLAG} with LoRA (--ds.lora.rank): the policy's parameters (base + adapters) are not the "
                          "reference's")
+    if get("ckpt.load_enable", False):
+        import warnings
+
+        warnings.warn(f"{FLAG} with --ckpt.load_enable: the reference's synced weights are not in OpenRLHF's "
+                      "checkpoint, so a resumed run's reference starts again from the pretrained weights and "
+                      "follows the policy from there", UserWarning, stacklevel=2)
 
 
 def _hf_module(model):
