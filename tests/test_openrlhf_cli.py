@@ -181,6 +181,7 @@ EXAMPLES = {
     "gspo.sh": ("grpo", "gspo", "seq-mean-token-mean"),
     "reinforce_pp_baseline.sh": ("reinforce_pp_baseline", "ppo", "token-mean"),
     "maxrl.sh": ("maxrl", "ppo", "token-mean"),
+    "async_staleness.sh": ("grpo", "ppo", "token-mean"),
 }
 
 
@@ -199,7 +200,8 @@ def test_example_recipes_pass_openrlhf_and_plugin_validation(parse, script):
         return out.stdout.decode().split("\0")[:-1]
 
     argv = printed(["bash", str(folder / script)])
-    recipe = printed(["bash", "-c", f"source {folder / 'recipe.sh'}; run_recipe"])
+    placement = "split" if script == "async_staleness.sh" else "colocated"
+    recipe = printed(["bash", "-c", f"PLACEMENT={placement}; source {folder / 'recipe.sh'}; run_recipe"])
     assert argv[: len(recipe)] == recipe  # the same recipe; only the algorithm switch follows
     assert argv[:2] == ["--plugin", "rlhf_ext"]  # consumed by the start-up hook in a real run
     args = parse(*argv[2:], full=True)
@@ -209,6 +211,19 @@ def test_example_recipes_pass_openrlhf_and_plugin_validation(parse, script):
     assert os.environ["RLHF_EXT_REWARD"] == "math"
     if script == "dr_grpo.sh":
         assert args.actor.loss_agg_max_len == args.rollout.max_new_tokens == 2048
+    if script == "async_staleness.sh":
+        assert args.train.async_enable and not args.vllm.enable_sleep and not args.train.colocate_all
+        assert args.rlhf_ext.decoupled_loss and args.rlhf_ext.m2po_threshold == 0.04 and args.rlhf_ext.adaptive_entropy
+        assert args.actor.num_gpus_per_node == args.vllm.num_engines == 4
+
+
+def test_the_recipe_names_a_wrong_placement(tmp_path):
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "examples" / "openrlhf"
+    proc = subprocess.run(["bash", "-c", f"PLACEMENT=spread; source {folder / 'recipe.sh'}; run_recipe"],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, RLHF_EXT_PRINT_ARGS="1"))
+    assert proc.returncode == 2 and "PLACEMENT must be colocated or split, got 'spread'" in proc.stderr
 
 
 def test_binary_estimator_on_shaped_reward_warns(parse, capfd):

@@ -8,6 +8,8 @@
 #   DATA    prompt JSONL with question/answer     (default data/gsm8k_train.jsonl, see prepare_gsm8k.py)
 #   GPUS    GPUs on this node                     (default 8)
 #   OUT     output directory                      (default runs/openrlhf/<script name>)
+#   PLACEMENT  colocated (default: actor, reference and vLLM share every GPU, sleep mode between phases)
+#              or split (half the GPUs train, half generate; no sleep: what --train.async_enable needs)
 #   RLHF_EXT_PRINT_ARGS=1  print the arguments (NUL-separated) instead of training (used by the tests)
 set -euo pipefail
 
@@ -16,16 +18,29 @@ DATA=${DATA:-data/gsm8k_train.jsonl}
 GPUS=${GPUS:-8}
 RUN_NAME=${RUN_NAME:-$(basename "${BASH_SOURCE[1]:-$0}" .sh)}
 OUT=${OUT:-runs/openrlhf/$RUN_NAME}
+PLACEMENT=${PLACEMENT:-colocated}
 
 run_recipe() {
+  local placement
+  case "$PLACEMENT" in
+    # actor, reference and vLLM share the GPUs (sleep mode between phases)
+    colocated) placement=(
+      --actor.num_nodes 1 --actor.num_gpus_per_node "$GPUS"
+      --ref.num_nodes 1 --ref.num_gpus_per_node "$GPUS"
+      --vllm.num_engines "$GPUS" --vllm.tensor_parallel_size 1 --vllm.gpu_memory_utilization 0.6
+      --train.colocate_all --vllm.enable_sleep --ds.enable_sleep) ;;
+    # half the GPUs train (actor and reference colocated), half generate, at the same time
+    split) placement=(
+      --actor.num_nodes 1 --actor.num_gpus_per_node $((GPUS / 2))
+      --ref.num_nodes 1 --ref.num_gpus_per_node $((GPUS / 2))
+      --vllm.num_engines $((GPUS / 2)) --vllm.tensor_parallel_size 1 --vllm.gpu_memory_utilization 0.9
+      --train.colocate_actor_ref) ;;
+    *) echo "recipe.sh: PLACEMENT must be colocated or split, got '$PLACEMENT'" >&2; return 2 ;;
+  esac
   local args=(
     --plugin rlhf_ext
-    # model and placement: actor, reference and vLLM share the GPUs (sleep mode between phases)
     --actor.model_name_or_path "$MODEL"
-    --actor.num_nodes 1 --actor.num_gpus_per_node "$GPUS"
-    --ref.num_nodes 1 --ref.num_gpus_per_node "$GPUS"
-    --vllm.num_engines "$GPUS" --vllm.tensor_parallel_size 1 --vllm.gpu_memory_utilization 0.6
-    --train.colocate_all --vllm.enable_sleep --ds.enable_sleep
+    "${placement[@]}"
     --ds.zero_stage 3 --ds.param_dtype bf16 --ds.packing_samples --actor.gradient_checkpointing_enable
     # data: GSM8K questions, gold answers ("... #### 72") graded by rlhf_ext's math reward
     --data.prompt_dataset "$DATA" --data.input_key question --data.label_key answer --data.apply_chat_template
