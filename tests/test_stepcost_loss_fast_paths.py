@@ -17,7 +17,8 @@ import torch
 from rlhf_ext.algorithms import deferred_finite_checks, get_policy_loss, only_metrics
 from rlhf_ext.algorithms.checks import check_token_inputs
 
-LOSSES = ("cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "luspo", "vespo", "gspo")
+LOSSES = ("cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "luspo", "vespo", "gspo", "ppo",
+          "bypass_mode")
 HOST = ("clip_frac_low", "clip_frac_high", "ppo_kl")
 
 
@@ -65,8 +66,8 @@ def test_fewer_metrics_same_loss_gradient_and_values(name, padding):
 
 def test_a_loss_that_does_not_ask_computes_every_metric():
     new, old, adv, mask = batch(4)
-    with only_metrics(HOST):  # ppo (OpenRLHF's own runs in the host) does not read the request: all, still right
-        assert {"ratio_mean", "ppo_kl"} <= set(run("ppo", new, old, adv, mask)[2])
+    with only_metrics(HOST):  # noclip does not read the request: all, still right
+        assert {"ratio_mean", "ratio_max", "ppo_kl"} <= set(run("noclip", new, old, adv, mask)[2])
 
 
 def test_fused_check_decides_as_the_exact_one():

@@ -14,9 +14,10 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .checks import check_token_inputs
+from .checks import check_token_inputs, check_token_inputs_finite
 from .loss_options import accepts_old_clip_names, check_clip_range
 from .metric_requests import metric_wanted
+from .ppo_closed_form import fast_path_applies, ppo_closed_form
 from .ratio_caps import check_caps
 from .registry import register_policy_loss
 
@@ -75,12 +76,28 @@ def ppo(
     Metrics: ``clip_frac_low`` (tokens where the lower bound binds: ``rho < 1 - clip_ratio_low`` and
     ``A < 0``), ``clip_frac_high`` (``rho > 1 + clip_ratio_high`` and ``A > 0``), ``dual_clip_frac``,
     ``delta_clip_frac`` (tokens whose ratio is above ``delta``), ``ppo_kl`` (mean of
-    ``log pi_old - log pi``, the k1 estimate of KL(pi_old || pi)), and ``ratio_mean``.
+    ``log pi_old - log pi``, the k1 estimate of KL(pi_old || pi)), and ``ratio_mean``; inside
+    :func:`rlhf_ext.algorithms.only_metrics`, only those asked for.
+
+    Inputs finite everywhere and of one dtype (the hosts' case) take :mod:`.ppo_closed_form`: the same loss,
+    gradient and metrics bit for bit, without autograd through the formula (issue 42's loss cost).
     """
     clip_ratio_high = check_clip_range(clip_ratio_low, clip_ratio_high, "ppo")
     check_caps("ppo", dual_clip, delta)
-    maskb = check_token_inputs(mask, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages)
+    maskb, finite = check_token_inputs_finite(mask, log_probs=log_probs, old_log_probs=old_log_probs,
+                                              advantages=advantages)
+    if finite and fast_path_applies(log_probs, old_log_probs, advantages):
+        # the same values and gradient, bit for bit, without autograd through the formula (.ppo_closed_form)
+        return ppo_closed_form(log_probs, old_log_probs, advantages, maskb, low=clip_ratio_low,
+                               high=clip_ratio_high, dual_clip=dual_clip, log_ratio_clip=log_ratio_clip, delta=delta)
+    return _ppo_autograd(log_probs, old_log_probs, advantages, maskb, clip_ratio_low, clip_ratio_high, dual_clip,
+                         log_ratio_clip, delta)
 
+
+def _ppo_autograd(log_probs, old_log_probs, advantages, maskb, clip_ratio_low, clip_ratio_high, dual_clip,
+                  log_ratio_clip, delta):
+    """:func:`ppo` through autograd: non-finite padding, mixed dtypes, a gradient for the old log-probs or the
+    advantages; the reference its closed form is compared with."""
     log_ratio = log_probs - old_log_probs
     if log_ratio_clip is not None:
         log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
@@ -102,7 +119,7 @@ def ppo(
         metrics["dual_clip_frac"] = _masked_mean(dual_active.float(), maskb)
     metrics["ppo_kl"] = _masked_mean(-log_ratio, maskb)
     metrics["ratio_mean"] = _masked_mean(ratio, maskb)
-    return _masked(loss, maskb), metrics
+    return _masked(loss, maskb), {key: value for key, value in metrics.items() if metric_wanted(key)}
 
 
 @accepts_old_clip_names

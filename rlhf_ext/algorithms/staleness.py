@@ -45,11 +45,15 @@ Framework-free: torch only; hosts pass the tensors (``rlhf_ext.patches.openrlhf.
 
 from __future__ import annotations
 
+import math
+import struct
 from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 
-from .checks import check_token_inputs
+from .checks import check_token_inputs, check_token_shapes
+from .float_flags import flag, float_mask, rows_all_nonempty
+from .metric_requests import metric_wanted
 
 PROX_METHODS = ("recompute", "loglinear", "linear")
 WEIGHT_ACTIONS = ("mask", "clamp")
@@ -116,12 +120,65 @@ def behaviour_weights(prox_log_probs: torch.Tensor, behaviour_log_probs: torch.T
 
     ``behave_imp_weight`` (mean ``w`` over the kept tokens), ``behave_approx_kl`` (mean ``log pi_prox -
     log pi_behav`` over them), ``behave_capped_fraction`` (fraction of the masked tokens above ``cap``:
-    masked or clamped). A non-finite log-ratio (``-inf - -inf``) counts as 0, as in AReaL."""
-    maskb = check_token_inputs(mask, prox_log_probs=prox_log_probs, behaviour_log_probs=behaviour_log_probs)
+    masked or clamped). A non-finite log-ratio (``-inf - -inf``) counts as 0, as in AReaL.
+    Inside :func:`rlhf_ext.algorithms.only_metrics`, only the metrics asked for (as ``decoupled/<name>``)."""
+    weight, keep, metrics = _behaviour_weights(prox_log_probs, behaviour_log_probs, mask, cap, action)
+    return weight, (keep if keep.dtype == torch.bool else keep != 0), metrics
+
+
+# the fast path's log-ratio bound before exp in mask mode: a weight above cap (< 1e30 < exp(80)) is masked either way
+_MASK_MODE_LOG_BOUND, _FAST_CAP_LIMIT = 80.0, 1e30
+
+
+def _behaviour_weights(prox_log_probs, behaviour_log_probs, mask, cap, action):
+    """:func:`behaviour_weights` with ``keep`` as a 0/1 float32 tensor where the inputs are finite everywhere
+    (the usual case: one host read decides it; the products below equal the ``where`` choices of the exact
+    path, ``x * 1 = x``, ``x * 0 = 0``), or as the boolean of the exact path otherwise."""
     if action not in WEIGHT_ACTIONS:
         raise ValueError(f"unknown behaviour-weight action {action!r}; choose from {', '.join(WEIGHT_ACTIONS)}")
     if cap is not None and not cap > 1.0:
         raise ValueError(f"the behaviour-weight cap must be > 1, got {cap!r}")
+    maskb = check_token_shapes(mask, prox_log_probs=prox_log_probs, behaviour_log_probs=behaviour_log_probs)
+    log_ratio = prox_log_probs.detach().float() - behaviour_log_probs.detach().float()
+    # finite sum: every log-ratio, so both inputs, finite; divided by 0 when a row has no token (-> the exact path)
+    fast = (cap is None or cap < _FAST_CAP_LIMIT) and math.isfinite(
+        (log_ratio.sum() / rows_all_nonempty(maskb)).item())
+    if not fast:
+        return _behaviour_weights_exact(prox_log_probs, behaviour_log_probs, mask, cap, action)
+    m = float_mask(maskb, torch.float32)
+    keep = m
+    over = None
+    # a weight that overflows to inf must not meet a 0 (inf * 0 is NaN): bounded by the cap or by the clamp
+    # below, or taken as exp(0) on the padding
+    if cap is None:
+        log_ratio = log_ratio * m
+        weight = torch.exp(log_ratio).mul_(m)
+    elif action == "mask":
+        weight = torch.exp(log_ratio.clamp(max=_MASK_MODE_LOG_BOUND))
+        keep = flag(torch.le, weight, cap).mul_(m)
+        weight.mul_(keep)
+    else:
+        weight = torch.exp(log_ratio)
+        over = flag(torch.gt, weight, cap).mul_(m)
+        weight = weight.clamp_(max=cap).mul_(m)
+    metrics: Dict[str, torch.Tensor] = {}
+    wanted = [key for key in ("behave_imp_weight", "behave_approx_kl", "behave_capped_fraction")
+              if metric_wanted("decoupled/" + key)]
+    if wanted:
+        count = m.sum()
+        n_keep = count if keep is m else keep.sum()
+        if "behave_imp_weight" in wanted:
+            metrics["behave_imp_weight"] = weight.sum() / n_keep.clamp(min=1)
+        if "behave_approx_kl" in wanted:
+            metrics["behave_approx_kl"] = (log_ratio * keep).sum() / n_keep.clamp(min=1)
+        if "behave_capped_fraction" in wanted:
+            capped = (count - n_keep) if over is None else over.sum()
+            metrics["behave_capped_fraction"] = capped / count.clamp(min=1)
+    return weight.to(prox_log_probs.dtype), keep, metrics
+
+
+def _behaviour_weights_exact(prox_log_probs, behaviour_log_probs, mask, cap, action):
+    maskb = check_token_inputs(mask, prox_log_probs=prox_log_probs, behaviour_log_probs=behaviour_log_probs)
     log_ratio = prox_log_probs.detach().float() - behaviour_log_probs.detach().float()
     log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, torch.zeros_like(log_ratio))
     weight = torch.exp(log_ratio)
@@ -141,6 +198,7 @@ def behaviour_weights(prox_log_probs: torch.Tensor, behaviour_log_probs: torch.T
         "behave_approx_kl": torch.where(keep, log_ratio, zero).sum() / n_keep,
         "behave_capped_fraction": over.sum().float() / maskb.sum().clamp(min=1),
     }
+    metrics = {key: value for key, value in metrics.items() if metric_wanted("decoupled/" + key)}
     return weight.to(prox_log_probs.dtype), keep, metrics
 
 
@@ -152,9 +210,11 @@ def decoupled_objective(loss_fn: Callable, log_probs: torch.Tensor, prox_log_pro
     against ``pi_prox``, times ``w = pi_prox / pi_behav`` (:func:`behaviour_weights`). Returns
     ``(per_token [B, T], metrics)``: the loss's own metrics plus ``decoupled/*``."""
     per_token, metrics = loss_fn(log_probs, prox_log_probs, advantages, mask, **loss_options)
-    weight, keep, weight_metrics = behaviour_weights(prox_log_probs, behaviour_log_probs, mask, cap=cap,
-                                                     action=action)
-    per_token = torch.where(keep, per_token * weight, torch.zeros_like(per_token))
+    weight, keep, weight_metrics = _behaviour_weights(prox_log_probs, behaviour_log_probs, mask, cap, action)
+    if keep.dtype == torch.bool:
+        per_token = torch.where(keep, per_token * weight, torch.zeros_like(per_token))
+    else:  # w is 0 outside keep: the product is where's choice for a finite loss, and passes g w or 0 back
+        per_token = per_token * weight
     metrics = dict(metrics)
     metrics.update({"decoupled/" + k: v for k, v in weight_metrics.items()})
     return per_token, metrics
@@ -166,10 +226,111 @@ def m2po_mask(behaviour_log_probs: torch.Tensor, prox_log_probs: torch.Tensor, m
     ``m2po/m2`` (the second moment before), ``m2po/m2_kept`` (after), ``m2po/masked_fraction``.
 
     The tokens with the largest ``(log pi_prox - log pi_behav)^2`` are masked, largest first, until the
-    mean over the rest is below ``threshold`` (AReaL's ``_get_m2po_loss_mask``). Instead of AReaL's full
-    sort, the largest values come from ``topk`` with a growing ``k`` (M2PO masks few outliers; a batch
-    already under the threshold needs no ranking at all); the mean after masking ``j`` tokens is
-    ``(total - top_j) / (n - j)``, in float64."""
+    mean over the rest is below ``threshold`` (AReaL's ``_get_m2po_loss_mask``): the smallest ``j`` with
+    ``(total - top_j) / (n - j) < threshold``, ``top_j`` the sum of the ``j`` largest, in float64, ``j <= n - 1``.
+    A batch already under the threshold needs no ranking. Otherwise, instead of AReaL's full sort, a histogram
+    of the values finds the narrow bucket that holds the cut and only that bucket is sorted
+    (:func:`_m2po_candidates`), so the mask is AReaL's (among tokens with equal values at the cut, the first in
+    row-major order are masked; AReaL's unstable sort leaves that open). Inputs with NaN/Inf anywhere or a row
+    without tokens take the exact checks (:func:`_m2po_mask_exact`, which ranks with ``topk``)."""
+    maskb = check_token_shapes(mask, behaviour_log_probs=behaviour_log_probs, prox_log_probs=prox_log_probs)
+    # in place: (b - p)^2 in float64 (the difference of two float32 is exact there), 0 on the padding
+    masked = behaviour_log_probs.detach().double().sub_(prox_log_probs.detach()).square_()
+    m = float_mask(maskb, torch.float64)
+    masked.mul_(m)
+    total = masked.sum()
+    # one host read: finite only if every product is (so both inputs are finite everywhere) and every row
+    # has a token; anything else takes the exact checks (which name the input) as before
+    probe, count = torch.stack([total / rows_all_nonempty(maskb), m.sum()]).tolist()
+    if not math.isfinite(probe):
+        return _m2po_mask_exact(behaviour_log_probs, prox_log_probs, mask, threshold)
+    if not threshold > 0:
+        raise ValueError(f"the M2PO threshold must be > 0, got {threshold!r}")
+    n = int(count)
+    moment = total / n
+    if probe / n < threshold or n == 1:  # the same division as ``moment``'s, on the host
+        return maskb.clone(), {"m2po/m2": moment.float(), "m2po/m2_kept": moment.float(),
+                               "m2po/masked_fraction": moment.new_zeros(()).float()}
+    flat = masked.view(-1)
+    found = _m2po_candidates(flat, maskb, maskb.numel() - n, total, n, threshold)
+    if found is None:  # the histogram's sums left no position after rounding: the growing topk below
+        flat = torch.where(maskb, masked, masked.new_full((), -1.0)).reshape(-1)
+        index, after, num_masked = _m2po_topk(flat, total, n, threshold)
+        keep, kept = maskb.clone(), after[num_masked - 1]
+        keep.view(-1).index_fill_(0, index[:num_masked], False)
+    else:
+        keep, kept, num_masked = found
+    return keep, {
+        "m2po/m2": moment.float(),
+        "m2po/m2_kept": kept.float(),
+        "m2po/masked_fraction": torch.tensor(num_masked / n, dtype=torch.float32, device=masked.device),
+    }
+
+
+# non-negative doubles order as their bit patterns; their top 11 + 7 bits: 128 buckets per power of two
+_BUCKET_SHIFT = 45
+
+
+def _m2po_candidates(flat, maskb, n_padding, total, n, threshold):
+    """``(keep mask, kept moment, number masked)`` from a histogram of the bit patterns, or None.
+
+    One ``bincount`` of the tokens and one of their values per bucket (``[lo_b, hi_b)``, 128 per power of
+    two) give, for every ``b``, the count and sum of the tokens from ``lo_b`` up; masking whole buckets from
+    the top, the last ``b`` after which the mean of the rest is under ``threshold`` holds the cut (the mean
+    after masking ``j`` tokens only falls as ``j`` grows). Only that bucket is sorted; the first position in it
+    where ``(total - top_j) / (n - j) < threshold`` is the number masked. Sums are float64; ``top_j`` is the
+    buckets above plus the bucket's sorted prefix, which differs from a full sort's sequential prefix sum by
+    float64 rounding only. ``flat``: the squared log-ratios, 0 on the padding (``n_padding`` of them, in the
+    lowest bucket). None when the rounding leaves no position (the caller then ranks with ``topk``)."""
+    # a masked token's value is above the mean of the tokens left at that point, so above threshold: the values
+    # below threshold's bucket share bucket 0 with the padding's zeros, never the cut's
+    lowest = _bucket_key(threshold, _BUCKET_SHIFT) - 1
+    key = (flat.view(torch.int64) >> _BUCKET_SHIFT).clamp_(min=lowest).sub_(lowest)
+    counts = torch.bincount(key)
+    counts[0] -= n_padding
+    sums = torch.bincount(key, weights=flat)
+    above = torch.stack([counts.to(torch.float64), sums]).flip(1).cumsum(1).flip(1)  # from bucket b up
+    rest = n - above[0]
+    enough = torch.nonzero(((total - above[1]) / rest < threshold) & (rest >= 1))
+    if not enough.numel():
+        return None
+    cut = int(enough[-1, 0])
+    if cut == 0:  # only by rounding (see above)
+        return None
+    before, top = above[:, cut + 1].tolist() if cut + 1 < counts.numel() else (0.0, 0.0)
+    in_cut = torch.nonzero(key == cut).view(-1)
+    ordered, order = flat[in_cut].sort(descending=True, stable=True)
+    before = int(before)
+    after = (total - (ordered.cumsum(0) + top)) / torch.arange(
+        n - before - 1, n - before - 1 - ordered.numel(), -1, device=flat.device, dtype=flat.dtype)
+    below = torch.nonzero(after < threshold)
+    if not below.numel():
+        return None
+    j = int(below[0, 0]) + 1
+    keep = torch.le(key, cut).view(maskb.shape).logical_and_(maskb)  # every bucket above the cut masked
+    keep.view(-1).index_fill_(0, in_cut[order[:j]], False)
+    return keep, after[j - 1], before + j
+
+
+def _bucket_key(value: float, shift: int) -> int:
+    """The histogram bucket of a non-negative float64 ``value`` (its bit pattern's top bits)."""
+    return struct.unpack("<q", struct.pack("<d", value))[0] >> shift
+
+
+def _m2po_topk(flat, total, n, threshold):
+    """The largest values from ``topk`` with a growing ``k`` (``flat``: padding at -1)."""
+    k = min(n - 1, 64)
+    while True:
+        top, index = flat.topk(k)
+        after = (total - top.cumsum(0)) / torch.arange(n - 1, n - 1 - k, -1, device=top.device, dtype=top.dtype)
+        below = torch.nonzero(after < threshold)
+        if below.numel() or k == n - 1:
+            return index, after, int(below[0, 0]) + 1 if below.numel() else n - 1  # at least one token kept
+        k = min(n - 1, 4 * k)
+
+
+def _m2po_mask_exact(behaviour_log_probs, prox_log_probs, mask, threshold):
+    """:func:`m2po_mask` with the per-input checks: NaN/Inf somewhere, or a row without tokens."""
     maskb = check_token_inputs(mask, behaviour_log_probs=behaviour_log_probs, prox_log_probs=prox_log_probs)
     if not threshold > 0:
         raise ValueError(f"the M2PO threshold must be > 0, got {threshold!r}")
@@ -186,15 +347,7 @@ def m2po_mask(behaviour_log_probs: torch.Tensor, prox_log_probs: torch.Tensor, m
         return maskb.clone(), {"m2po/m2": moment.float(), "m2po/m2_kept": moment.float(),
                                "m2po/masked_fraction": zero.float()}
     flat = torch.where(maskb, m2, m2.new_full((), -1.0)).reshape(-1)  # padding below every real value
-    k = min(n - 1, 64)
-    while True:
-        top, index = flat.topk(k)
-        after = (total - top.cumsum(0)) / torch.arange(n - 1, n - 1 - k, -1, device=top.device, dtype=top.dtype)
-        below = torch.nonzero(after < threshold)
-        if below.numel() or k == n - 1:
-            num_masked = int(below[0, 0]) + 1 if below.numel() else n - 1  # at least one token kept
-            break
-        k = min(n - 1, 4 * k)
+    index, after, num_masked = _m2po_topk(flat, total, n, threshold)
     keep = maskb.clone()
     keep.view(-1)[index[:num_masked]] = False
     metrics = {

@@ -40,7 +40,8 @@ from .updates import record_micro_batch
 from .rollout_correction import METRIC_PREFIX as ROLLOUT_METRIC_PREFIX
 from .rollout_correction import configure as configure_rollout_correction, corrected_loss
 
-# the correction's and the staleness objectives' metrics are logged whatever --rlhf_ext.step_metrics says
+# the correction's metrics are logged whatever --rlhf_ext.step_metrics says; the decoupled objective's pass
+# this filter too, but with step metrics off it computes none (it reads only_metrics, as the losses do)
 STALENESS_METRIC_PREFIXES = (ROLLOUT_METRIC_PREFIX, "decoupled/")
 SUM_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 # what forward returns to OpenRLHF whatever --rlhf_ext.step_metrics says: its clip_ratio (the sum of the

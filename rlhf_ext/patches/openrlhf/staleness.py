@@ -28,7 +28,7 @@ Flags (``--rlhf_ext.*``):
 
 Both need vLLM's log-probs: the flags switch ``--rlhf_ext.mismatch_metrics`` on (its seams request
 them). Metrics (``decoupled/*``, ``m2po/*``) join the actor's status, the console, wandb and the run
-record's ``metrics.jsonl``.
+record's ``metrics.jsonl``; with ``--rlhf_ext.step_metrics off`` none is computed or logged.
 
 Other hosts: verl 0.9.1 ships the decoupled three-policy loss itself (its rollout correction
 without ``bypass_mode``, docs/rollout_correction.md); MindSpeed-RL has no asynchronous trainer. The
@@ -238,18 +238,28 @@ def m2po_keep(loss_fn, old_log_probs, rollout_log_probs, action_mask):
     chosen = getattr(loss_fn, "staleness", None)
     if chosen is None or chosen.m2po is None:
         return None
+    import torch
+
     from rlhf_ext.algorithms.staleness import m2po_mask
 
     if rollout_log_probs is None:
         raise ValueError(f"{M2PO_FLAG} needs vLLM's log-probs (Experience.rollout_log_probs is None; the flag "
                          "switches --rlhf_ext.mismatch_metrics on, which requests them)")
     mask = action_mask.bool()
-    rows = mask.any(dim=-1)
-    keep = mask.clone()
-    if bool(rows.any()):
-        keep_rows, metrics = m2po_mask(rollout_log_probs[rows].to(old_log_probs.dtype), old_log_probs[rows],
-                                       mask[rows], float(chosen.m2po))
+    behaviour = rollout_log_probs.to(old_log_probs.dtype)
+    if mask.numel() == 0:
+        return mask.clone()
+    fewest, most = torch.stack(mask.view(torch.uint8).amax(dim=-1).aminmax()).tolist()
+    if fewest:  # every row has a token (the usual case): no copies of the rows
+        keep, metrics = m2po_mask(behaviour, old_log_probs, mask, float(chosen.m2po))
+    else:
+        rows = mask.any(dim=-1)
+        keep = mask.clone()
+        if not most:
+            return keep
+        keep_rows, metrics = m2po_mask(behaviour[rows], old_log_probs[rows], mask[rows], float(chosen.m2po))
         keep[rows] = keep_rows
+    if getattr(loss_fn, "side_metrics", True):  # --rlhf_ext.step_metrics off: none logged
         _record(loss_fn, metrics)
     return keep
 
@@ -257,6 +267,7 @@ def m2po_keep(loss_fn, old_log_probs, rollout_log_probs, action_mask):
 def decoupled_loss(loss_fn, fn, kwargs, log_probs, old_log_probs, advantages, mask, rollout_log_probs, lag):
     """The registered loss ``fn`` under the decoupled objective; returns ``(per_token, metrics)``.
     ``lag``: the rows' policy lags (``[B]``), needed for a version-interpolated ``pi_prox``."""
+    from rlhf_ext.algorithms.metric_requests import metric_wanted
     from rlhf_ext.algorithms.staleness import decoupled_objective, proximal_log_probs
 
     chosen = loss_fn.staleness
@@ -272,9 +283,11 @@ def decoupled_loss(loss_fn, fn, kwargs, log_probs, old_log_probs, advantages, ma
                              "stamped? --train.async_enable with the plugin on the generator actor)")
         lag = lag.to(device=log_probs.device, dtype=log_probs.dtype)
         prox = proximal_log_probs(behaviour, log_probs, -lag, 1.0, chosen.prox)
-        m = mask.bool()
-        extra["decoupled/prox_abs_error"] = ((prox - old_log_probs).abs() * m).sum() / m.sum().clamp(min=1)
-        extra["decoupled/prox_alpha"] = (lag / (lag + 1)).mean()
+        if metric_wanted("decoupled/prox_abs_error"):  # not with --rlhf_ext.step_metrics off
+            m = mask.bool()
+            extra["decoupled/prox_abs_error"] = ((prox - old_log_probs).abs() * m).sum() / m.sum().clamp(min=1)
+        if metric_wanted("decoupled/prox_alpha"):
+            extra["decoupled/prox_alpha"] = (lag / (lag + 1)).mean()
     per_token, metrics = decoupled_objective(fn, log_probs, prox, behaviour, advantages, mask, cap=chosen.cap,
                                              action=chosen.action, **kwargs)
     metrics.update(extra)
