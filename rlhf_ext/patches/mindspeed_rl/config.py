@@ -56,6 +56,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .entropy_control import check_adaptive_entropy
+
 # What MindSpeed-RL 2.1.0 implements itself; these keep its exact code paths.
 MINDSPEED_ESTIMATORS = ("group_norm", "gae")
 MINDSPEED_KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl")
@@ -515,9 +517,10 @@ def extract_and_validate(config_dict: Optional[Mapping]) -> Tuple[Dict, Dict[str
     settings.update(check_token_masks(ours, source))
     settings.update(correction)
     settings.update(check_distillation(ours.get("distillation"), source, settings))
-    from .entropy_control import check_adaptive_entropy
-
-    settings.update(check_adaptive_entropy(ours.get("adaptive_entropy"), source))
+    try:
+        settings.update(check_adaptive_entropy(ours.get("adaptive_entropy"), source))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     check_verifiers(_plain(source.get("verifier_function", ["base_acc"])), _plain(source.get("verifier_weight", [1.0])))
     return source, settings
 

@@ -46,49 +46,47 @@ OPTIONS = (("entropy_target", "target", 0.2), ("entropy_coef_delta", "delta", 0.
 
 def check_adaptive_entropy(value, source: Mapping[str, Any]) -> Dict[str, Any]:
     """Validate ``rl_config.adaptive_entropy``; ``{}`` when absent or off, else
-    ``{"adaptive_entropy": {the controller's fields}}`` (plain values: they pickle with the settings)."""
+    ``{"adaptive_entropy": {the controller's fields}}`` (plain values: they pickle with the settings).
+    Raises ``ValueError`` naming the key (:mod:`.config` turns it into its ``ConfigError``)."""
     from rlhf_ext.algorithms.entropy_control import AdaptiveEntropyCoef
-
-    from .config import ConfigError
 
     if value is None or value is False:
         return {}
     if value is True:
         value = {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"rl_config.{KEY} must be true, false or a mapping like {{entropy_target: 0.2}}, "
+        raise ValueError(f"rl_config.{KEY} must be true, false or a mapping like {{entropy_target: 0.2}}, "
                           f"got {value!r}")
     value = dict(value)
     enabled = value.pop("enabled", True)
     if not isinstance(enabled, bool):
-        raise ConfigError(f"rl_config.{KEY}.enabled must be true or false, got {enabled!r}")
+        raise ValueError(f"rl_config.{KEY}.enabled must be true or false, got {enabled!r}")
     if not enabled:
         return {}
     names = [name for name, _, _ in OPTIONS]
     unknown = sorted(set(value) - set(names))
     if unknown:
-        raise ConfigError(f"rl_config.{KEY} has no key {unknown[0]!r}; its keys: enabled, {', '.join(names)}")
+        raise ValueError(f"rl_config.{KEY} has no key {unknown[0]!r}; its keys: enabled, {', '.join(names)}")
     fields = {}
     for name, field, default in OPTIONS:
         given = value.get(name, default)
         if isinstance(given, bool) or not isinstance(given, (int, float)):
-            raise ConfigError(f"rl_config.{KEY}.{name} must be a number, got {given!r}")
+            raise ValueError(f"rl_config.{KEY}.{name} must be a number, got {given!r}")
         fields[field] = float(given)
     coef = source.get("entropy_coeff", 0.0)
     if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not math.isfinite(coef):
-        raise ConfigError(f"rl_config.entropy_coeff (the initial coefficient of {KEY}) must be a finite number, "
+        raise ValueError(f"rl_config.entropy_coeff (the initial coefficient of {KEY}) must be a finite number, "
                           f"got {coef!r}")
     try:
         AdaptiveEntropyCoef(coef=float(coef), **fields)
     except ValueError as exc:
-        raise ConfigError(f"rl_config.{KEY}: {exc} (the initial coefficient is rl_config.entropy_coeff)") from None
+        raise ValueError(f"rl_config.{KEY}: {exc} (the initial coefficient is rl_config.entropy_coeff)") from None
     return {KEY: {"coef": float(coef), **fields}}
 
 
 def _spec(name) -> Optional[Dict[str, Any]]:
-    from .config import settings_of
-
-    return settings_of(name).get(KEY)
+    # the settings ride on rl_config.kl_penalty, a config.ConfiguredName (a plain str: none)
+    return dict(getattr(name, "settings", None) or {}).get(KEY)
 
 
 def controller(worker, spec: Mapping[str, Any]):
