@@ -19,8 +19,10 @@ Where the final answer is looked for, first hit wins:
 3. whichever comes last of a "the answer is X" / "final answer: X" / "Answer: X" phrase and
    GSM8K's ``#### X`` line; in a sentence of prose (``Final Answer: The largest $n$ is 34.``) X is
    the sentence's last math, not the sentence;
-4. with ``require_anchor=False`` only (evaluation), when none of the above is found: the last math
-   expression of the text (:func:`find_last_expression`), as lighteval and math-verify fall back.
+4. with ``require_anchor=False`` only (evaluation), when none of the above is found: the printed
+   result of a tool-integrated response when the sentence after it restates it
+   (:func:`_restated_program_output`), else the last math expression of the text
+   (:func:`find_last_expression`), as lighteval and math-verify fall back.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from .answer_forms import NUMBER_WORD
+from .answer_forms import NUMBER_WORD, number_word
 
 # An answer longer than this is not a final answer; capping keeps every later step cheap.
 MAX_ANSWER_CHARS = 2000
@@ -381,11 +383,53 @@ def _search_answer(text: str, require_anchor: bool) -> Optional[AnswerCandidate]
     if require_anchor:
         return found
     if found is None:
+        found = _restated_program_output(text)
+        if found is not None:
+            return found
         last = find_last_expression(text)
         if last is None:
             return None
         found = AnswerCandidate(last, "fallback")
     return _value_stated_after(text, found) or found
+
+
+# A tool-integrated response (ToRA, arXiv 2309.17452; Qwen2.5-Math's "tir" prompt): a program, what
+# it printed in an ```output block, then a sentence stating the result.
+_OUTPUT_BLOCK = re.compile(r"```output[ \t]*\n(.{0,100}?)\n?```", re.S)
+_PRINTED_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+# a conclusion is a sentence or two; a longer tail is more reasoning, read by the last-expression rule
+_CONCLUSION_CHARS = 400
+
+
+def _plain_number(s: str) -> str:
+    """``16.0`` -> ``16``, ``1,875`` -> ``1875``, ``+0.50`` -> ``0.5``: one spelling per number, by
+    string rewriting only (never evaluated)."""
+    s = s.replace(",", "").lstrip("+")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".") or "0"
+    return s
+
+
+def _restated_program_output(text: str) -> Optional[AnswerCandidate]:
+    """Evaluation mode, no anchor: the number the last ```output block printed, when the conclusion
+    after it restates it, in digits or in words. "```output 5```  5 cars drove through the jam in
+    the first 15 minutes." states 5, where the last number (15) restates the question; "```output
+    3.0``` Three trucks will be needed for 80 flagstones." states 3 (both read as in ToRA's harness,
+    which takes the program's output). A conclusion that does not restate the output (another
+    number, a percentage of it) is left to the last-expression rule."""
+    at = text.rfind("```output")
+    if at < 0:
+        return None
+    m = _OUTPUT_BLOCK.match(text, at)
+    if m is None or not _PRINTED_NUMBER.fullmatch(m.group(1).strip()):
+        return None
+    conclusion = text[m.end():]
+    if len(conclusion) > _CONCLUSION_CHARS or "```" in conclusion:
+        return None
+    printed = _plain_number(m.group(1).strip())
+    stated = [_plain_number(n.group()) for n in _LAST_NUMBER.finditer(conclusion)]
+    stated += [number_word(w) for w in NUMBER_WORD.findall(conclusion)]
+    return AnswerCandidate(printed, "fallback") if printed in stated else None
 
 
 _FINAL_ANSWER = re.compile(r"(?i)final\s+answer")

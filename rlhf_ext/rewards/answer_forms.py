@@ -8,6 +8,7 @@ math-verify compares correctly, with the near miss of the same form still wrong:
 * a percentage is also its number: ``17.5\\%`` reads as 0.175 (math-verify) and as 17.5 (how
   Qwen2.5-Math's ``math_equal`` accepts a percentage gold: ``evaluation/grader.py``, which tries
   the reference, /100 and x100). ``35/2`` then equals the gold ``17.5\\%``; ``1.75`` does not;
+  ``50.0\\%`` equals the gold 50 as ``50\\%`` does; ``5.0\\%`` does not;
 * a number written inside text is the number (``\\text{15 dollars}`` -> 15); an AMC-style option
   with its value (``\\textbf{(B) } 12``) reads as the letter and as the value;
 * an option list wrapped in text is the list: ``\\text{A,D}`` / ``\\text{(A) and (D)}`` -> ``A, D``
@@ -24,6 +25,22 @@ math-verify compares correctly, with the near miss of the same form still wrong:
 * several answers given as separate sets, on the answer side only, also read as one flat list:
   ``\\{10, 11\\}, \\{-2, 2\\}`` -> ``10, 11, -2, 2``. A gold written as separate sets keeps them
   (a partition ``\\{1,3\\},\\{2,4\\}`` is not ``\\{1,2\\},\\{3,4\\}``).
+
+Found on TinyV's HardVerify-Math (arXiv 2505.14625; session 15):
+
+* values given to names, answer side only: ``w=16, d=3, a=1, b=1`` / ``T(10)=2, T(11)=4`` /
+  ``Minimum: 1, Maximum: 3`` also read as the list of the values (math-verify compares the set of
+  equations: two equal values, or a name with arguments, miss); ``w=16, ..., b=2`` stays wrong;
+* numbers each with a text label, ``7 \\text{ goats and } 4 \\text{ helicopters}``, read as the list
+  ``7, 4`` only, on either side (math-verify reads the first number alone, so ``40 \\text{ a}, 50
+  \\text{ b}`` equalled ``40 \\text{ a}, 60 \\text{ b}``: a false positive removed);
+* an ordinal is its number: ``12^{\\mathrm{th}}``, ``12th`` -> 12;
+* a column vector is the tuple of its entries: ``\\begin{pmatrix} -7 \\\\ 16 \\\\ 5 \\end{pmatrix}``
+  equals ``(-7,16,5)`` (math-verify: a matrix is no tuple); ``(-7,16,6)`` stays wrong;
+* a function defined on another variable name is the same function: ``f(n) = 2n + 1007`` equals
+  ``f(m) = 2m + 1007`` (both also read with the variable ``\\xi``); ``f(m) = 2m + 1008`` stays wrong;
+* set-builder notation is its relation, ``\\{x \\mid -1 < x < 1\\}`` -> ``-1 < x < 1``, which
+  math-verify compares with the interval ``(-1, 1)``; ``(-1, 1]`` stays wrong.
 
 An answer written as a rounded decimal (``(0.6, 2.6667]`` against ``(\\frac35, \\frac83]``) is
 compared at the places it writes, when it writes at least 4 significant digits (:func:`rounding_digits`).
@@ -100,10 +117,12 @@ def percent_number(s: str) -> Optional[str]:
 
 
 def _fractional_percent(s: str) -> Optional[str]:
-    # math-verify already equates an integer percentage with its number (50\% = 50 = 0.5): only a
-    # fractional one (17.5\%) needs its number as a second reading
+    # math-verify already equates an integer percentage with its number (50\% = 50 = 0.5): only one
+    # written with a decimal point needs its number as a second reading -- 17.5\%, and 50.0\%, which
+    # math-verify reads as the Float 0.5 and so scores wrong against a gold 50 (ToRA's GSM8K answers
+    # "\boxed{50.0\%}" to "what percentage...", tests/data/SOURCES.md)
     number = percent_number(s)
-    return number if number is not None and "." in number.strip("0").rstrip(".") else None
+    return number if number is not None and "." in number else None
 
 
 def option_list(s: str) -> Optional[str]:
@@ -219,6 +238,8 @@ _RELATIONS = [  # (pattern, variable group, how its groups make an interval)
     (re.compile(r"^" + _BOUND + r"\s*" + _MORE + r"\s*" + _VAR + r"$"), lambda m: ("-", None, m[1], m[2])),
     (re.compile(r"^" + _BOUND + r"\s*" + _LESS + r"\s*" + _VAR + r"\s*" + _LESS + r"\s*" + _BOUND + r"$"),
      lambda m: ("2", m[2], m[1], m[4], m[5])),
+    # "a = 1" beside intervals ("a \le -2 or a = 1", HardVerify-Math): the point, as a set of one
+    (re.compile(r"^" + _VAR + r"\s*=\s*" + _BOUND + r"$"), lambda m: ("=", None, m[2], None)),
 ]
 
 
@@ -233,6 +254,8 @@ def _interval(part: str):
         bounds = spec[2:3] if spec[0] != "2" else (spec[2], spec[4])
         if any(_has_letter(b) for b in bounds):
             return None  # a bound in letters: not an interval of numbers
+        if spec[0] == "=":
+            return var, "\\{" + spec[2].strip() + "\\}"
         if spec[0] == "-":
             return var, "(-\\infty, " + spec[2].strip() + (")" if spec[3] == "<" or spec[3] == ">" else "]")
         if spec[0] == "+":
@@ -252,6 +275,8 @@ def relation_union(s: str) -> Optional[str]:
     found = [_interval(part) for part in parts]
     if any(f is None for f in found) or len({f[0] for f in found}) != 1:
         return None
+    if all(f[1].startswith("\\{") for f in found):
+        return None  # "x = 1 or x = 2" is a list of values: math-verify reads it
     return " \\cup ".join(f[1] for f in found)
 
 
@@ -300,6 +325,112 @@ def expand_ranges(s: str) -> Optional[str]:
     return out if out != s else None
 
 
+# Found on TinyV's HardVerify-Math (session 15): right answers written as labelled values.
+_LABEL_TEXT = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{[^{}$\\]{1,60}\}")
+_SPACING = re.compile(r"\\[ ,;:!]|~|\\q?quad(?![A-Za-z])")
+_LONE_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+)")
+
+
+def labelled_numbers(s: str) -> Optional[str]:
+    """``40 \\text{ chocolate candies}, \\ 60 \\text{ hard candies}`` -> ``40, 60``; ``7 \\text{ goats
+    and } 4 \\text{ helicopters}`` -> ``7, 4``: two or more numbers, each followed by its label in
+    text. The list is then the only reading: math-verify reads the first number alone, so ``40
+    \\text{ a}, 50 \\text{ b}`` would equal ``40 \\text{ a}, 60 \\text{ b}``. None otherwise."""
+    labels = _LABEL_TEXT.findall(s)
+    if len(labels) < 2 or len(labels) > 12:
+        return None
+    rest = _SPACING.sub(" ", _LABEL_TEXT.sub(" , ", s))
+    numbers = [p.strip() for p in re.split(r",|\band\b", rest) if p.strip()]
+    if len(numbers) != len(labels) or not all(_LONE_NUMBER.fullmatch(n) for n in numbers):
+        return None
+    # each number right before its label: "40 \text{a}", not "\text{a} 40"
+    if not re.match(r"^\s*(?:\\[ ,;:!]|~|\s)*" + _LONE_NUMBER.pattern, s):
+        return None
+    return ", ".join(numbers)
+
+
+# "w = 16", "T(10) = 2", "Minimum: 1": a name given a value
+_NAMED_VALUE = re.compile(r"^(?:\\[ ,;:!]|~|\s)*(?:([A-Za-z](?:_\{?\w{1,8}\}?)?|[A-Za-z]\(\s*[\w+-]{1,8}\s*\))\s*="
+                          r"|[A-Z][a-z]{1,15}(?: [a-z]{1,15})?\s*:)\s*([^=:<>]+?)\s*$")
+
+
+def value_list(s: str) -> Optional[str]:
+    """``w=16, d=3, a=1, b=1`` -> ``16, 3, 1, 1``; ``T(10)=2, T(11)=4`` -> ``2, 4``; ``Minimum: 1,
+    Maximum: 3`` -> ``1, 3``: two or more names each given a value, as the list of the values.
+    math-verify unwraps ``b=-3, c=0`` itself but compares the set of equations, so two equal values
+    (``a = -2, b = -2`` against ``-2, -2``) or a name with arguments miss. None otherwise."""
+    parts = _top_level_split(s, ",")
+    if parts is None or not 2 <= len(parts) <= 12:
+        return None
+    values = []
+    for part in parts:
+        m = _NAMED_VALUE.match(part)
+        if m is None or _has_letter(m.group(2)):
+            return None  # a value in letters is a formula, not a value given
+        values.append(m.group(2))
+    return ", ".join(values)
+
+
+_ORDINAL = re.compile(r"^([+-]?\d+)\s*(?:\^\s*\{?\s*(?:\\(?:mathrm|text|textrm)\s*\{\s*)?(?:st|nd|rd|th)\s*\}?\s*\}?"
+                      r"|\\(?:text|textrm|mathrm)\s*\{\s*(?:st|nd|rd|th)\s*\}|(?:st|nd|rd|th))$")
+
+
+def ordinal_number(s: str) -> Optional[str]:
+    """``12^{\\mathrm{th}}`` / ``12^{th}`` / ``12th`` -> ``12``: an ordinal is its number; None otherwise."""
+    m = _ORDINAL.match(s.strip())
+    return m.group(1) if m else None
+
+
+_SET_BUILDER = re.compile(r"^(?:\\(?:[Bb]igg?l?|left)\s*)?\\\{\s*([A-Za-z])\s*(?:\||\\mid(?![A-Za-z])|:)\s*(.+?)\s*"
+                          r"(?:\\(?:[Bb]igg?r?|right)\s*)?\\\}$", re.S)
+
+
+def set_builder(s: str) -> Optional[str]:
+    """``\\{x \\mid -1 < x < 1\\}`` / ``\\{x | x < 2 \\text{ or } x > 3\\}`` -> the relation, which
+    math-verify compares with the interval it denotes (``(-1, 1)``); None unless ``s`` is the set of a
+    variable satisfying relations in it."""
+    m = _SET_BUILDER.match(s.strip())
+    if m is None or not re.search(r"<|>|\\[lg]e", m.group(2)):
+        return None
+    if re.search(r"(?<![A-Za-z\\])" + m.group(1) + r"(?![A-Za-z])", m.group(2)) is None:
+        return None
+    return m.group(2)
+
+
+_COLUMN_VECTOR = re.compile(r"^\\begin\{[pb]matrix\}(.*)\\end\{[pb]matrix\}$", re.S)
+
+
+def column_tuple(s: str) -> Optional[str]:
+    """``\\begin{pmatrix} -7 \\\\ 16 \\\\ 5 \\end{pmatrix}`` -> ``(-7, 16, 5)``: a column vector is the
+    tuple of its entries (math-verify reads a matrix and a tuple as different things); None unless
+    ``s`` is one column of 2 to 8 entries."""
+    m = _COLUMN_VECTOR.match(s.strip())
+    if m is None or "&" in m.group(1) or "\\begin" in m.group(1):
+        return None
+    entries = [e.strip() for e in m.group(1).split("\\\\")]
+    if entries and not entries[-1]:
+        entries.pop()  # a trailing row break
+    if not 2 <= len(entries) <= 8 or not all(entries):
+        return None
+    return "(" + ", ".join(entries) + ")"
+
+
+_FUNCTION_DEFINITION = re.compile(r"^([A-Za-z])\s*\(\s*([a-z])\s*\)\s*=\s*([^=<>]+)$")
+
+
+def function_variable(s: str) -> Optional[str]:
+    """``f(n) = 2n + 1007`` -> ``f(\\xi) = 2\\xi + 1007``: a function defined on one variable, the
+    variable renamed ``\\xi`` (a bound name: ``f(z)=z`` and ``f(x)=x`` are the same function, which
+    math-verify compares as different equations). Both sides get the reading, so they meet at
+    ``\\xi``, a name no gold uses: ``f(n) = 2n`` does not become equal to a gold ``2x``. None for
+    anything else."""
+    m = _FUNCTION_DEFINITION.match(s.strip())
+    if m is None or m.group(1) == m.group(2) or "\\xi" in m.group(3):
+        return None
+    renamed = re.sub(r"(?<![A-Za-z\\])" + m.group(2) + r"(?![A-Za-z])", lambda _: "\\xi ", m.group(3))
+    return f"{m.group(1)}(\\xi) = {renamed.strip()}"
+
+
 def other_forms(written: str, gold: bool) -> Optional[List[str]]:
     """The readings of an answer (or, with ``gold``, of a gold) beyond the one it is written in, in
     order; the written form itself is left out when it would mislead (``5 = 76``). None when there are
@@ -313,6 +444,18 @@ def other_forms(written: str, gold: bool) -> Optional[List[str]]:
     number = _fractional_percent(s)
     if number is not None:
         return [s, number]
+    number = ordinal_number(s)
+    if number is not None:
+        return [number]
+    listed = labelled_numbers(s)
+    if listed is not None:
+        return [listed]
+    vector = column_tuple(s)
+    if vector is not None:
+        return [s, vector]
+    relation = set_builder(s)
+    if relation is not None:
+        return (other_forms(relation, gold) or [relation]) + [s]
     number = number_word(s)
     if number is not None:
         return [number]
@@ -328,16 +471,25 @@ def other_forms(written: str, gold: bool) -> Optional[List[str]]:
     options = option_list(s)
     if options is not None:
         return [options, s]  # "A B" may also be the product math-verify reads
+    renamed = function_variable(s)
     if gold:
-        return None  # a gold's equation is an equation (``a + 3z = 0`` is not 0), its sets a partition
+        # a gold's equation is an equation (``a + 3z = 0`` is not 0), its sets a partition
+        return [s, renamed] if renamed is not None else None
+    values = value_list(s)
+    if values is not None:
+        return [values, s]
     equation = equation_reading(s)
     if equation is not None:
-        return [equation] if equation.startswith("\\{") else [s, equation]
+        return ([equation] if equation.startswith("\\{") else [s, equation]) + ([renamed] if renamed else [])
+    if renamed is not None:
+        return [s, renamed]
     flat = set_list(s)
     if flat is not None:
         return [s, flat]
     return None
 
 
-__all__ = ["NUMBER_WORD", "equation_reading", "expand_ranges", "number_word", "option_list", "option_value",
-           "other_forms", "percent_number", "relation_union", "rounding_digits", "set_list", "text_number"]
+__all__ = ["NUMBER_WORD", "column_tuple", "equation_reading", "expand_ranges", "function_variable",
+           "labelled_numbers", "number_word",
+           "option_list", "option_value", "ordinal_number", "other_forms", "percent_number", "relation_union",
+           "rounding_digits", "set_builder", "set_list", "text_number", "value_list"]

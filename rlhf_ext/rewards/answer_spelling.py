@@ -166,13 +166,26 @@ def answer_spelling(answer: str) -> str:
     return strip_number_unit(join_digit_groups(answer))
 
 
+# Unicode math symbols that math-verify's LaTeX parser does not read (a gold ``(-∞, -3) ∪ (3, +∞)``
+# of TinyV's HardVerify-Math, cn_k12 golds with ``kπ``): each is the LaTeX command it stands for.
+# (not the middle dot: "3·5" is also a decimal point)
+_UNICODE_MATH = {"∞": "\\infty ", "∪": "\\cup ", "∩": "\\cap ", "π": "\\pi ", "≤": "\\le ", "≥": "\\ge ",
+                 "≠": "\\ne ", "−": "-", "×": "\\times "}
+_UNICODE_MATH_RE = re.compile("|".join(_UNICODE_MATH))
+
+
+def unicode_math(s: str) -> str:
+    """``(-∞, -3) ∪ (3, +∞)`` -> ``(-\\infty , -3) \\cup  (3, +\\infty )``; text without them as is."""
+    return _UNICODE_MATH_RE.sub(lambda m: _UNICODE_MATH[m.group()], s) if _UNICODE_MATH_RE.search(s) else s
+
+
 def latex_for_math_verify(answer: str) -> str:
     """An answer or gold as math-verify should see it: number spellings read (:func:`answer_spelling`),
-    operator arguments braced.
+    Unicode math symbols as LaTeX (:func:`unicode_math`), operator arguments braced.
 
     Only rewrites spellings that math-verify otherwise misreads; anything else is returned as is.
     """
-    return brace_operator_arguments(answer_spelling(answer))
+    return brace_operator_arguments(answer_spelling(unicode_math(answer)))
 
 
 def answer_readings(answer: str, gold: bool = False) -> List[str]:
