@@ -363,8 +363,9 @@ def test_the_pool_answers_plain_numbers_without_its_workers():
         results = grader.grade_batch(responses, golds)
         stats = grader.stats()
         assert stats["workers_started"] == 0 and stats["fast_path"] == 45
-        # a gold that is not a number still goes to a worker, and agrees with the per-sample path
-        mixed = grader.grade_batch(["\\boxed{x^2+1}", "\\boxed{3}"], ["x^2+1", "3"])
+        # a gold the fast path does not read (an equation) still goes to a worker, and agrees with the
+        # per-sample path (a polynomial gold, x^2+1, is the fast path's since issue 41)
+        mixed = grader.grade_batch(["\\boxed{y=x^2+1}", "\\boxed{3}"], ["y=x^2+1", "3"])
         assert grader.stats()["workers_started"] >= 1 and grader.stats()["fast_path"] == 46
     for response, gold, got in zip(responses, golds, results):
         want = full(response, gold)

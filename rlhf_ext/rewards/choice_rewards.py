@@ -48,6 +48,13 @@ def grade_mixed(texts: Sequence[str], golds: Sequence, math_grader: Optional[Cal
     return out
 
 
+def grade_one_mixed(text: str, gold, math_grader: Callable[[], object], require_anchor: bool = True):
+    """:func:`grade_mixed` of one sample, without its lists: the verdict :func:`grade_mixed` gives it
+    (``math_grader().grade`` answers a plain-number sample itself, without a future)."""
+    g = grade_any_structured(text, gold, require_anchor=require_anchor)
+    return g if g is not None else math_grader().grade(text, gold)
+
+
 def _grades(name: str, texts: List[str], solution, grades, grader) -> list:
     supplied = supplied_grades(name, texts, solution, grades)
     if supplied is not None:
@@ -63,19 +70,26 @@ def parse_failed(g) -> bool:
     return g.extracted is None and g.gold_parsed and not g.timeout
 
 
-@register_reward("choice_accuracy", uses_correctness=True, per_sample=True)
+def _choice_accuracy_one(text, g, truncated) -> float:
+    return 1.0 if (g.top1 if isinstance(g, ChoiceGrade) else g.correct) else 0.0
+
+
+@register_reward("choice_accuracy", uses_correctness=True, per_sample=True, one=_choice_accuracy_one)
 def choice_accuracy_reward(completions, solution=None, *, grades=None, grader=None, **kwargs) -> List[float]:
     """1.0 when the pick is the gold's (a ranking's pick: its first place), else 0.0."""
     texts = completion_texts(completions)
-    return [1.0 if (g.top1 if isinstance(g, ChoiceGrade) else g.correct) else 0.0
-            for g in _grades("choice_accuracy", texts, solution, grades, grader)]
+    return [_choice_accuracy_one(None, g, None) for g in _grades("choice_accuracy", texts, solution, grades, grader)]
 
 
-@register_reward("ranking_exact", uses_correctness=True, per_sample=True)
+def _ranking_exact_one(text, g, truncated) -> float:
+    return 1.0 if g.correct else 0.0
+
+
+@register_reward("ranking_exact", uses_correctness=True, per_sample=True, one=_ranking_exact_one)
 def ranking_exact_reward(completions, solution=None, *, grades=None, grader=None, **kwargs) -> List[float]:
     """1.0 when the whole order is the gold's (full-ranking accuracy), else 0.0."""
     texts = completion_texts(completions)
-    return [1.0 if g.correct else 0.0 for g in _grades("ranking_exact", texts, solution, grades, grader)]
+    return [_ranking_exact_one(None, g, None) for g in _grades("ranking_exact", texts, solution, grades, grader)]
 
 
 @register_reward("ranking_partial", uses_correctness=True, per_sample=True)
@@ -96,10 +110,14 @@ def ranking_partial_reward(completions, solution=None, *, grades=None, grader=No
     return out
 
 
-@register_reward("parse_failure", uses_correctness=True, per_sample=True)
+def _parse_failure_one(text, g, truncated) -> float:
+    return 1.0 if parse_failed(g) else 0.0
+
+
+@register_reward("parse_failure", uses_correctness=True, per_sample=True, one=_parse_failure_one)
 def parse_failure_reward(completions, solution=None, *, grades=None, grader=None, **kwargs) -> List[float]:
     """1.0 when the final answer cannot be read (no answer, ambiguous, a label not among the options, a
     ranking that repeats or misses a candidate), else 0.0; weight it negatively (``parse_failure:-0.5``).
     A truncated response that states nothing counts too: weight ``truncation`` for the cut itself."""
     texts = completion_texts(completions)
-    return [1.0 if parse_failed(g) else 0.0 for g in _grades("parse_failure", texts, solution, grades, grader)]
+    return [_parse_failure_one(None, g, None) for g in _grades("parse_failure", texts, solution, grades, grader)]

@@ -127,6 +127,10 @@ class WeightedReward:
         self.uses_correctness = any(e.uses_correctness for e in self.entries)
         # every component's value depends on its own sample only: batches may be merged and split
         self.per_sample = all(e.per_sample for e in self.entries)
+        # score_one's plan: every reward has a one-sample form, and none has options
+        self._one_plan = None
+        if all(e.one is not None for e in self.entries) and not any(self.options.values()):
+            self._one_plan = tuple((name, weight, e.one) for (name, weight), e in zip(self.weights, self.entries))
         if grader is None and self.uses_correctness:
             MathGrader(timeout=timeout, workers=workers).close()  # validate the arguments now, start nothing
         self._grader = grader
@@ -219,6 +223,50 @@ class WeightedReward:
             rewards = [r + weight * v for r, v in zip(rewards, values)]
         correct = [1.0 if g.correct else 0.0 for g in grades] if grades is not None else None
         return RewardBreakdown(rewards=rewards, correct=correct, components=components, flags=flags, grades=grades)
+
+    @property
+    def scores_one(self) -> bool:
+        """Whether :meth:`score_one` can score this spec (each reward has a one-sample form, no options)."""
+        return self._one_plan is not None
+
+    def score_one(self, text: str, gold: Any, truncated: Optional[bool] = None) -> RewardBreakdown:
+        """``self([text], [gold], truncated=[truncated])`` (``truncated=None`` when None) for one sample,
+        from each reward's one-sample form (:class:`~rlhf_ext.rewards.registry.RewardEntry`) instead of
+        its list form: OpenRLHF calls the reward file once per sample, where the list forms' argument
+        checks and the per-batch bookkeeping cost more than the rewards. Same values, flags and errors;
+        ``ValueError`` when :attr:`scores_one` is False, ``TypeError`` for a text that is no string."""
+        plan = self._one_plan
+        if plan is None:
+            raise ValueError(f"{self!r} has a reward without a one-sample form, or options: score a batch")
+        if not isinstance(text, str):
+            raise TypeError(f"score_one takes the completion as a str, got {type(text).__name__}")
+        cut = 1.0 if truncated else 0.0
+        grade = None
+        if self.uses_correctness:
+            grade = choice_rewards.grade_one_mixed(text, gold, self._live_grader)
+            flags = {"no_answer": [1.0 if grade.extracted is None else 0.0],
+                     "gold_unparsed": [1.0 if not grade.gold_parsed and not grade.timeout else 0.0],
+                     "timeout": [1.0 if grade.timeout else 0.0],
+                     "grade_error": [1.0 if grade.error and not grade.timeout and grade.gold_parsed else 0.0],
+                     "truncated": [cut], "reward_error": [0.0]}
+        else:
+            flags = {"no_answer": [0.0], "gold_unparsed": [0.0], "timeout": [0.0], "grade_error": [0.0],
+                     "truncated": [cut], "reward_error": [0.0]}
+        reward = 0.0
+        components: Dict[str, List[float]] = {}
+        for name, weight, one in plan:
+            try:
+                value = float(one(text, grade, truncated))
+                if not math.isfinite(value):
+                    raise ValueError("returned 1 values for 1 completions, or a non-finite value")
+            except Exception as exc:  # as __call__: a broken reward must not crash the training step
+                logger.error("rlhf_ext reward %r failed on a batch of %d: %s: %s", name, 1, type(exc).__name__, exc)
+                value = 0.0
+                flags["reward_error"] = [1.0]
+            components[name] = [value]
+            reward = reward + weight * value
+        return RewardBreakdown(rewards=[reward], correct=None if grade is None else [1.0 if grade.correct else 0.0],
+                               components=components, flags=flags, grades=None if grade is None else [grade])
 
     def grade(self, completions: Sequence, solution: Optional[Sequence]) -> List[GradeResult]:
         """The verdicts on a batch, each gold by its answer type: choice and ranking golds here, math golds

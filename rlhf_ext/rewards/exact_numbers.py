@@ -31,7 +31,9 @@ comma ``2,74`` has two: workers) and that reading is, in full, one of
 * exact arithmetic on those (issue 41), read by :mod:`.exact_expressions`' parser (never evaluated):
   ``(\\frac{1}{2})+1``, ``-(2)``, ``\\frac{1+\\sqrt{5}}{2}``, ``\\frac{1}{\\sqrt{3}}``, ``2\\cdot 3``,
   ``\\frac{1}{2}\\pi``, ``1/2/3``; with a decimal in it only decided wrong, far from the gold;
-* a set of up to 8 exact numbers against a set (:mod:`.exact_sets`): ``\\{1, -2\\}``.
+* a set of up to 8 exact numbers against a set (:mod:`.exact_sets`): ``\\{1, -2\\}``;
+* a polynomial over the rationals in single letters against a polynomial (issue 41,
+  :mod:`.exact_polynomials`, compared by exact expansion): ``x^3+3x-6``, ``\\frac{11+9a}{20}``.
 
 Anything else -- ``5.``, ``1e5``, ``x = 5``, ``\\text{5}``, ``$5$``, ``2(3)`` (a mixed number to
 math-verify), ``\\sqrt{3}2``, an interval with a bracket or infinity, a set against anything but a set,
@@ -82,6 +84,7 @@ from functools import lru_cache
 from typing import Dict, Optional
 
 from .exact_expressions import expression_value, square_free
+from .exact_polynomials import polynomial_value
 from .exact_sets import ExactSet, exact_set, sets_equal
 from .answer_forms import rounding_digits
 from .extraction import answer_readings, find_answer_candidate, normalize_answer
@@ -487,14 +490,15 @@ def gold_number(gold_text: str) -> Optional[ExactNumber]:
 @lru_cache(maxsize=_VERDICT_MEMORY)
 def gold_value(gold_text: str):
     """:func:`gold_number`, else the tuple of exact numbers the gold is (:func:`exact_tuple`), else the set
-    (:func:`~.exact_sets.exact_set`), else None."""
+    (:func:`~.exact_sets.exact_set`), else the polynomial (``{monomial: coefficient}``,
+    :func:`~.exact_polynomials.polynomial_value`), else None."""
     number = gold_number(gold_text)
     if number is not None or not isinstance(gold_text, str):
         return number
     readings = answer_readings(gold_text) if len(gold_text) <= MAX_FAST_CHARS else ()
     if len(readings) != 1:
         return None
-    return exact_tuple(readings[0]) or exact_set(readings[0], _set_element)
+    return exact_tuple(readings[0]) or exact_set(readings[0], _set_element) or polynomial_value(readings[0])
 
 
 def _set_element(text: str) -> Optional[Dict[int, Fraction]]:
@@ -507,13 +511,17 @@ def _set_element(text: str) -> Optional[Dict[int, Fraction]]:
 
 @lru_cache(maxsize=_VERDICT_MEMORY)
 def _decide(gold_text: str, raw: str):
-    """(correct, vote key) of the final answer ``raw`` against the gold, or None: workers."""
+    """(correct, vote key) of the final answer ``raw`` against the gold, or None: workers (a wrong
+    answer written as a rounded decimal included: :func:`answer_verdict`)."""
     gold = gold_value(gold_text)
     if gold is None:
         return None
-    if isinstance(gold, (tuple, ExactSet)):
+    if isinstance(gold, (tuple, ExactSet, dict)):
         readings = answer_readings(raw)
-        if isinstance(gold, tuple):
+        if isinstance(gold, dict):  # a polynomial (:mod:`.exact_polynomials`): equal when expanded alike
+            answer = polynomial_value(readings[0]) if len(readings) == 1 and len(raw) <= MAX_FAST_CHARS else None
+            correct = (answer == gold) if answer is not None else None
+        elif isinstance(gold, tuple):
             answer = exact_tuple(readings[0]) if len(readings) == 1 else None
             correct = tuples_equal(gold, answer) if answer is not None else None
         else:  # a set only against a set: math-verify accepts a set against a tuple or a list
@@ -524,6 +532,8 @@ def _decide(gold_text: str, raw: str):
         correct = numbers_equal(gold, answer) if answer is not None else None
     if correct is None:
         return None
+    if not correct and rounding_digits(raw) is not None:
+        return None  # a rounded decimal is also compared at its places (issue 41): the workers do that
     return correct, normalize_answer(raw) or None
 
 
@@ -548,8 +558,6 @@ def answer_verdict(gold_text: str, raw: str, gold: Optional[ExactNumber] = None)
     decided = _decide(gold_text, raw)
     if decided is None:
         return None
-    if not decided[0] and rounding_digits(raw) is not None:
-        return None  # a rounded decimal is also compared at its places (issue 41): the workers do that
     return {"correct": decided[0], "extracted": decided[1], "gold_parsed": True}
 
 

@@ -156,6 +156,9 @@ class RewardScorer:
         self._tokenizer_lock = threading.Lock()
         self.log_keys = ([f"reward/{name}" for name, _ in self.reward.weights]
                          + [f"reward_flag/{flag}" for flag in FLAG_NAMES] + [PROMPT_NOT_FOUND_KEY, ERROR_KEY])
+        # each call's log keys, built once (OpenRLHF calls once per sample)
+        self._component_keys = {name: f"reward/{name}" for name, _ in self.reward.weights}
+        self._flag_keys = {flag: f"reward_flag/{flag}" for flag in FLAG_NAMES}
         self._last_error_log = 0.0
         # the opt-in verifier cascade: rule verdicts first, the verifier on the rule-wrong answers
         self.cascade = None
@@ -163,6 +166,10 @@ class RewardScorer:
         if self.config.verifier is not None and self.reward.uses_correctness:
             self.cascade = VerifierCascade(VerifierSettings.from_mapping(dict(self.config.verifier)))
             self.log_keys += list(VERIFIER_LOG_KEYS)
+        # One sample a call (OpenRLHF's pattern), scored by each reward's one-sample form: without a
+        # verifier or a tokenizer to count tokens with, which the batch path handles.
+        self._one_sample = self.cascade is None and not self.config.tokenizer and self.reward.scores_one
+        self._eos = self.config.eos_tokens or DEFAULT_EOS_TOKENS
 
     def close(self) -> None:
         self.reward.close()
@@ -220,6 +227,10 @@ class RewardScorer:
         """``{"rewards": [...], "scores": [...], "extra_logs": {key: [...]}}`` as plain lists."""
         n = len(queries) if isinstance(queries, (list, tuple)) else 0
         try:
+            if n == 1 and self._one_sample:
+                queries, prompts, labels = check_batch(queries, prompts, labels)
+                r = recover_response(queries[0], prompts[0], self._eos)
+                return self._result([r], self.reward.score_one(r.text, labels[0], r.truncated))
             recovered, batch = self._prepare(queries, prompts, labels)
             verifier_logs = None
             if self.cascade is not None:
@@ -289,10 +300,13 @@ class RewardScorer:
     def _result(self, recovered: List[RecoveredResponse], breakdown: RewardBreakdown,
                 verifier_logs: Optional[Dict] = None) -> Dict:
         """A breakdown as OpenRLHF's reward dict: the same ``extra_logs`` keys for every sample."""
-        logs = {f"reward/{name}": values for name, values in breakdown.components.items()}
+        keys = self._component_keys
+        logs = {keys[name]: values for name, values in breakdown.components.items()}
         if self.cascade is not None:
             logs.update(verifier_logs or {key: [0.0] * len(recovered) for key in VERIFIER_LOG_KEYS})
-        logs.update({f"reward_flag/{flag}": values for flag, values in breakdown.flags.items()})
+        keys = self._flag_keys
+        for flag, values in breakdown.flags.items():
+            logs[keys[flag]] = values
         logs[PROMPT_NOT_FOUND_KEY] = [0.0 if r.prompt_found else 1.0 for r in recovered]
         logs[ERROR_KEY] = [0.0] * len(recovered)
         scores = breakdown.correct if breakdown.correct is not None else breakdown.rewards

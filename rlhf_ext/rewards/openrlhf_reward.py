@@ -9,6 +9,7 @@ by default ``math`` = correctness 1.0 + answer-format bonus 0.2 - truncation pen
 import logging
 import time
 
+import numpy
 import torch
 
 from rlhf_ext.rewards.openrlhf_protocol import ERROR_KEY, scorer_from_env
@@ -18,7 +19,8 @@ _last_config_error_log = [0.0]
 
 
 def _as_list(x):
-    return list(x) if isinstance(x, (list, tuple)) else x
+    # a list goes through as it is: the scorer copies what it keeps (check_batch)
+    return x if type(x) is list else list(x) if isinstance(x, tuple) else x
 
 
 def _config_error(n: int, exc: Exception) -> dict:
@@ -31,12 +33,14 @@ def _config_error(n: int, exc: Exception) -> dict:
 
 
 def _tensors(out: dict) -> dict:
-    # One tensor for all rows, then its rows: OpenRLHF calls this once per sample, and one
-    # torch.tensor per value was a third of the call's own cost.
+    # One float32 array for all rows, and a tensor on each of its rows: OpenRLHF calls this once per
+    # sample from a pool of threads. torch.from_numpy keeps the GIL; torch's ops (unbind, split) let it go
+    # and take it back, and with several threads waiting that cost more than the whole call (issue 41:
+    # 0.06-0.09 ms a call against 0.016 here). Each row tensor owns just its row's memory (it pickles alone).
     logs = out["extra_logs"]
     values = [out["rewards"], out["scores"], *logs.values()]
     try:
-        rows = torch.tensor(values, dtype=torch.float32).unbind(0)
+        rows = list(map(torch.from_numpy, numpy.array(values, dtype=numpy.float32)))
     except (ValueError, TypeError):  # rows of different lengths: never from the scorer, but never raise
         rows = [torch.tensor(v, dtype=torch.float32) for v in values]
     return {"rewards": rows[0], "scores": rows[1], "extra_logs": dict(zip(logs, rows[2:]))}

@@ -19,7 +19,7 @@ module; it is imported on first registry access and its ``@register_reward`` dec
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 from rlhf_ext.ground.registry import EntryPointGroup, Registry, UnknownNameError
 
@@ -33,13 +33,18 @@ class UnknownRewardError(UnknownNameError):
 
 @dataclass(frozen=True)
 class RewardEntry:
-    """A registered reward: the function, whether it needs the grader's verdicts (``grades``), and
-    whether each sample's value depends on that sample alone (``per_sample``)."""
+    """A registered reward: the function, whether it needs the grader's verdicts (``grades``),
+    whether each sample's value depends on that sample alone (``per_sample``), and optionally its
+    one-sample form ``one(text, grade, truncated) -> float`` (``grade``: the sample's verdict or None,
+    ``truncated``: its flag or None), the value ``fn`` gives that sample, for a reward without options:
+    OpenRLHF calls the reward file once per sample, where the list form's checks cost more than the
+    value (:meth:`~rlhf_ext.rewards.composite.WeightedReward.score_one`)."""
 
     name: str
     fn: Callable
     uses_correctness: bool
     per_sample: bool = False
+    one: Optional[Callable] = None
 
 
 REWARDS = Registry("reward", ENTRY_POINTS, error=UnknownRewardError, identity=lambda entry: entry.fn)
@@ -50,7 +55,8 @@ def load_entry_points() -> Dict[str, str]:
     return ENTRY_POINTS.load()
 
 
-def register_reward(name: str, *, uses_correctness: bool = False, per_sample: bool = False, override: bool = False):
+def register_reward(name: str, *, uses_correctness: bool = False, per_sample: bool = False, override: bool = False,
+                    one: Optional[Callable] = None):
     """Decorator registering ``fn(completions, solution=None, **kwargs) -> list[float]`` under ``name``.
 
     ``uses_correctness``: the function reads ``kwargs["grades"]``; a weighted combination then grades
@@ -58,14 +64,19 @@ def register_reward(name: str, *, uses_correctness: bool = False, per_sample: bo
     ``per_sample``: each sample's value depends on that sample alone (not on the rest of its batch,
     as Kimi's ``length`` does); such rewards may be computed over several callers' samples at once.
     Leave it False when unsure: the reward is then always computed over exactly its caller's batch.
+    ``one``: the one-sample form of a ``per_sample`` reward (see :class:`RewardEntry`); it must give
+    exactly what the list form gives that sample.
     """
     if not isinstance(name, str) or not name or any(c in name for c in ",: ="):
         raise ValueError(f"reward name must be a non-empty string without ',', ':', '=' or spaces, got {name!r}")
 
+    if one is not None and (not callable(one) or not per_sample):
+        raise ValueError(f"reward {name!r}: one= must be a callable, and only for a per_sample reward")
+
     def decorator(fn: Callable) -> Callable:
         if not callable(fn):
             raise TypeError(f"cannot register non-callable {fn!r} as reward {name!r}")
-        REWARDS.add(name, RewardEntry(name, fn, bool(uses_correctness), bool(per_sample)), override=override)
+        REWARDS.add(name, RewardEntry(name, fn, bool(uses_correctness), bool(per_sample), one), override=override)
         return fn
 
     return decorator

@@ -75,11 +75,15 @@ def _grades_for(name: str, texts: List[str], solution, grades, grader) -> list:
     return grader.grade_batch(texts, list(solution))
 
 
-@register_reward("accuracy", uses_correctness=True, per_sample=True)
+def _accuracy_one(text, grade, truncated) -> float:
+    return 1.0 if grade.correct else 0.0
+
+
+@register_reward("accuracy", uses_correctness=True, per_sample=True, one=_accuracy_one)
 def accuracy_reward(completions, solution=None, *, grades=None, grader=None, **kwargs) -> List[float]:
     """1.0 when math-verify finds the final answer equal to the gold, else 0.0 (Open-R1 ``accuracy_reward``)."""
     texts = completion_texts(completions)
-    return [1.0 if g.correct else 0.0 for g in _grades_for("accuracy", texts, solution, grades, grader)]
+    return [_accuracy_one(None, g, None) for g in _grades_for("accuracy", texts, solution, grades, grader)]
 
 
 def format_matches(text: str) -> bool:
@@ -105,22 +109,27 @@ def format_matches(text: str) -> bool:
     return False
 
 
-@register_reward("format", per_sample=True)
+def _format_one(text, grade, truncated) -> float:
+    return 1.0 if format_matches(text) else 0.0
+
+
+@register_reward("format", per_sample=True, one=_format_one)
 def format_reward(completions, **kwargs) -> List[float]:
     """1.0 if the completion is ``<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>`` (Open-R1 ``format_reward``)."""
-    return [1.0 if format_matches(t) else 0.0 for t in completion_texts(completions)]
+    return [_format_one(t, None, None) for t in completion_texts(completions)]
 
 
-@register_reward("tag_count", per_sample=True)
+def _tag_count_one(text, grade, truncated) -> float:
+    return 0.25 * sum(text.count(tag) == 1 for tag in ("<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>"))
+
+
+@register_reward("tag_count", per_sample=True, one=_tag_count_one)
 def tag_count_reward(completions, **kwargs) -> List[float]:
     """0.25 for each of ``<think>\\n``, ``\\n</think>\\n``, ``\\n<answer>\\n``, ``\\n</answer>`` present exactly once.
 
     Open-R1 ``tag_count_reward`` (after willccbb's GRPO demo).
     """
-    out = []
-    for t in completion_texts(completions):
-        out.append(0.25 * sum(t.count(tag) == 1 for tag in ("<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>")))
-    return out
+    return [_tag_count_one(t, None, None) for t in completion_texts(completions)]
 
 
 _STEP_MARKERS = re.compile(r"(Step \d+:|^\d+\.|\n-|\n\*|First,|Second,|Next,|Finally,)")
@@ -287,7 +296,11 @@ def _are_token_ids(items: Sequence) -> bool:
     )
 
 
-@register_reward("truncation", per_sample=True)
+def _truncation_one(text, grade, truncated) -> float:
+    return 1.0 if truncated else 0.0
+
+
+@register_reward("truncation", per_sample=True, one=_truncation_one)
 def truncation_reward(completions, *, truncated=None, **kwargs) -> List[float]:
     """1.0 for a completion cut off by the length limit (no end-of-sequence token), else 0.0.
 
@@ -298,11 +311,15 @@ def truncation_reward(completions, *, truncated=None, **kwargs) -> List[float]:
     if truncated is None:
         return [0.0] * len(texts)
     _check_lengths("truncation", texts, truncated, "truncated flags")
-    return [1.0 if t else 0.0 for t in truncated]
+    return [_truncation_one(None, None, t) for t in truncated]
 
 
-@register_reward("answer_format", per_sample=True)
+def _answer_format_one(text, grade, truncated) -> float:
+    return 0.0 if find_answer_candidate(text) is None else 1.0
+
+
+@register_reward("answer_format", per_sample=True, one=_answer_format_one)
 def answer_format_reward(completions, **kwargs) -> List[float]:
     """1.0 when the completion states a final answer the grader can find (``\\boxed{}``, ``<answer>``
     tags, "The answer is ...", ``#### ...``), else 0.0: the format bonus of the plain GSM8K/MATH recipe."""
-    return [0.0 if find_answer_candidate(t) is None else 1.0 for t in completion_texts(completions)]
+    return [_answer_format_one(t, None, None) for t in completion_texts(completions)]
