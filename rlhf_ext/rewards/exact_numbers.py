@@ -34,6 +34,8 @@ comma ``2,74`` has two: workers) and that reading is, in full, one of
 * a set of up to 8 exact numbers against a set (:mod:`.exact_sets`): ``\\{1, -2\\}``;
 * a polynomial over the rationals in single letters against a polynomial (issue 41,
   :mod:`.exact_polynomials`, compared by exact expansion): ``x^3+3x-6``, ``\\frac{11+9a}{20}``.
+* an interval or a union of intervals with exact endpoints against the same (:mod:`.exact_intervals`,
+  compared as sets of reals): ``(2,\\infty)``, ``(0,9) \\cup (9,36)``.
 
 Anything else -- ``5.``, ``1e5``, ``x = 5``, ``\\text{5}``, ``$5$``, ``2(3)`` (a mixed number to
 math-verify), ``\\sqrt{3}2``, an interval with a bracket or infinity, a set against anything but a set,
@@ -84,6 +86,7 @@ from functools import lru_cache
 from typing import Dict, Optional
 
 from .exact_expressions import expression_value, square_free
+from .exact_intervals import ExactIntervals, exact_intervals, intervals_equal
 from .exact_polynomials import polynomial_value
 from .exact_sets import ExactSet, exact_set, sets_equal
 from .answer_forms import rounding_digits
@@ -491,14 +494,16 @@ def gold_number(gold_text: str) -> Optional[ExactNumber]:
 def gold_value(gold_text: str):
     """:func:`gold_number`, else the tuple of exact numbers the gold is (:func:`exact_tuple`), else the set
     (:func:`~.exact_sets.exact_set`), else the polynomial (``{monomial: coefficient}``,
-    :func:`~.exact_polynomials.polynomial_value`), else None."""
+    :func:`~.exact_polynomials.polynomial_value`), else the interval or union of intervals
+    (:func:`~.exact_intervals.exact_intervals`), else None."""
     number = gold_number(gold_text)
     if number is not None or not isinstance(gold_text, str):
         return number
     readings = answer_readings(gold_text) if len(gold_text) <= MAX_FAST_CHARS else ()
     if len(readings) != 1:
         return None
-    return exact_tuple(readings[0]) or exact_set(readings[0], _set_element) or polynomial_value(readings[0])
+    return (exact_tuple(readings[0]) or exact_set(readings[0], _set_element) or polynomial_value(readings[0])
+            or exact_intervals(readings[0], _set_element, gold=True))
 
 
 def _set_element(text: str) -> Optional[Dict[int, Fraction]]:
@@ -516,9 +521,13 @@ def _decide(gold_text: str, raw: str):
     gold = gold_value(gold_text)
     if gold is None:
         return None
-    if isinstance(gold, (tuple, ExactSet, dict)):
+    if isinstance(gold, (tuple, ExactSet, dict, ExactIntervals)):
         readings = answer_readings(raw)
-        if isinstance(gold, dict):  # a polynomial (:mod:`.exact_polynomials`): equal when expanded alike
+        if isinstance(gold, ExactIntervals):  # a set of reals (:mod:`.exact_intervals`)
+            answer = (exact_intervals(readings[0], _set_element, gold=False)
+                      if len(readings) == 1 and len(raw) <= MAX_FAST_CHARS else None)
+            correct = intervals_equal(gold, answer) if answer is not None else None
+        elif isinstance(gold, dict):  # a polynomial (:mod:`.exact_polynomials`): equal when expanded alike
             answer = polynomial_value(readings[0]) if len(readings) == 1 and len(raw) <= MAX_FAST_CHARS else None
             correct = (answer == gold) if answer is not None else None
         elif isinstance(gold, tuple):
