@@ -142,8 +142,10 @@ HAND = [
     ("2\\cdot 3", "6", True), ("-(2)", "-2", True), ("(3.21)+1", "3.21", False), ("(-\\frac{35}{9})+1", "-\\frac{26}{9}", True),
     ("\\frac{2}{\\sqrt{2}}", "\\sqrt{2}", True), ("(\\sqrt{2}+1)\\cdot(\\sqrt{2}-1)", "1", True),
     ("\\left( \\frac{1+\\sqrt{5}}{2}, -1 \\right)", "(\\frac{1+\\sqrt5}{2},-1)", True),
-    # left to the workers: decimals close to the gold, mixed numbers, percentages, tuples in arithmetic
-    ("(3.21)+1", "4.21", None), ("2(3)", "6", None), ("1\\frac{4}{5}", "\\frac{9}{5}", None),
+    # a mixed number (rlhf_ext.rewards.exact_mixed, session 15), read before the expression parser
+    ("1\\frac{4}{5}", "\\frac{9}{5}", True),
+    # left to the workers: decimals close to the gold, mixed numbers in parentheses, percentages, tuples in arithmetic
+    ("(3.21)+1", "4.21", None), ("2(3)", "6", None),
     ("(49)+1", "50\\%", None), ("((1,2))+1", "(1,2)", None), ("(30^\\circ)+1", "30^\\circ", None),
 ]
 

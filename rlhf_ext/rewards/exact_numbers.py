@@ -87,6 +87,7 @@ from typing import Dict, Optional
 
 from .exact_expressions import expression_value, square_free
 from .exact_intervals import ExactIntervals, exact_intervals, intervals_equal
+from .exact_mixed import mixed_number, ungrouped
 from .exact_polynomials import polynomial_value
 from .exact_sets import ExactSet, exact_set, sets_equal
 from .answer_forms import rounding_digits
@@ -320,6 +321,9 @@ def exact_number(reading: str, gold: bool = False) -> Optional[ExactNumber]:
 
 
 def _written_number(text: str, gold: bool):
+    if "frac" in text and (mixed := mixed_number(text)) is not None:  # n \frac{a}{b}: :mod:`.exact_mixed`
+        return ExactNumber(*mixed)
+    text = ungrouped(text) or text  # 10,\!080 and 10\,080: :mod:`.exact_mixed`
     if "+" in text[1:] or "-" in text[1:]:
         found = _exact_sum(text)
         if found is not None or "{" not in text:
