@@ -31,24 +31,20 @@ comma ``2,74`` has two: workers) and that reading is, in full, one of
 * exact arithmetic on those (issue 41), read by :mod:`.exact_expressions`' parser (never evaluated):
   ``(\\frac{1}{2})+1``, ``-(2)``, ``\\frac{1+\\sqrt{5}}{2}``, ``\\frac{1}{\\sqrt{3}}``, ``2\\cdot 3``,
   ``\\frac{1}{2}\\pi``, ``1/2/3``; with a decimal in it only decided wrong, far from the gold;
-* a set of up to 8 exact numbers against a set (:mod:`.exact_sets`): ``\\{1, -2\\}``;
-* a polynomial over the rationals in single letters against a polynomial (issue 41,
-  :mod:`.exact_polynomials`, compared by exact expansion): ``x^3+3x-6``, ``\\frac{11+9a}{20}``.
-* an interval or a union of intervals with exact endpoints against the same (:mod:`.exact_intervals`,
-  compared as sets of reals): ``(2,\\infty)``, ``(0,9) \\cup (9,36)``.
+* mixed numbers and LaTeX-spaced digit groups (:mod:`.exact_mixed`): ``137 \\frac{1}{2}``, ``10,\\!080``;
+* each only against its own kind: a set of up to 8 exact numbers (:mod:`.exact_sets`): ``\\{1, -2\\}``;
+  a polynomial over the rationals in single letters, by exact expansion (:mod:`.exact_polynomials`):
+  ``x^3+3x-6``; an interval or union of intervals, as sets of reals (:mod:`.exact_intervals`):
+  ``(0,9) \\cup (9,36)``; a matrix or vector of exact numbers (:mod:`.exact_matrices`).
 
-Anything else -- ``5.``, ``1e5``, ``x = 5``, ``\\text{5}``, ``$5$``, ``2(3)`` (a mixed number to
-math-verify), ``\\sqrt{3}2``, an interval with a bracket or infinity, a set against anything but a set,
-spaces inside a number -- goes to the workers.
+Anything else -- ``5.``, ``1e5``, ``x = 5``, ``\\text{5}``, ``$5$``, ``2(3)``, ``\\sqrt{3}2``, a set
+against a tuple, spaces inside a number -- goes to the workers.
 
-Roots, pi, sums and tuples (:class:`ExactSum`, :func:`exact_tuple`) are compared as math-verify's
-sympy comparison ends for exact numbers: equal values are equal (``simplify(gold - answer)`` is 0;
-square roots of distinct square-free numbers and pi are linearly independent over the rationals, so
-term-by-term equality is value equality); values apart by more than 2e-6 relative are not
-(``evalf(chop=True)`` of the difference is far from 0); closer, or against a ``Float`` or a
-percentage, goes to the workers. Tuples are equal element by element; a pair is decided only when
-both are read alike (math-verify reads an increasing pair ``(2,4)`` as an open interval and a
-decreasing one as a tuple), and tuples of different lengths go to the workers.
+Roots, pi, sums and tuples (:class:`ExactSum`, :func:`exact_tuple`) compare as sympy does for exact numbers:
+equal values are equal (square roots of distinct square-free numbers and pi are linearly independent over
+the rationals, so term-by-term equality is value equality); values more than 2e-6 apart are not; closer,
+or against a ``Float`` or a percentage: workers. Tuples compare element by element, a pair only when both
+are read alike (an increasing pair is an open interval to math-verify); different lengths: workers.
 
 How math-verify 0.9 compares two such numbers (``math_verify.grader.sympy_expr_eq`` and
 ``sympy_numeric_eq``, read in the installed package; each rule below is pinned by the property tests
@@ -66,8 +62,8 @@ in ``tests/test_rewards_fast_path.py`` against the worker's code and real math-v
 * when both are integers or percentages of integers, the numbers before the percent sign are
   compared: ``50\\%`` equals ``50`` (and a gold ``50`` accepts ``50\\%``);
 * otherwise the exact values are compared, and sympy's ``simplify(gold - answer)`` decides last:
-  ``\\frac{1}{4}`` equals ``25\\%``, ``500\\%`` equals ``5``; ``25.0\\%`` against ``25`` is a
-  ``Float`` comparison (0.25 against 25) and wrong.
+  ``\\frac{1}{4}`` equals ``25\\%``, ``500\\%`` equals ``5`` (a decimal percentage, ``25.0\\%``, has
+  two readings since issue 41: the workers).
 
 The deliberate differences of the grader from math-verify (``1\\,000`` and ``1 000`` are 1000,
 ``7.5 m^2`` is 7.5, a decimal comma has two readings) come from the shared rewriting, so the fast
@@ -87,6 +83,7 @@ from typing import Dict, Optional
 
 from .exact_expressions import expression_value, square_free
 from .exact_intervals import ExactIntervals, exact_intervals, intervals_equal
+from .exact_matrices import ExactMatrix, exact_matrix, matrices_equal
 from .exact_mixed import mixed_number, ungrouped
 from .exact_polynomials import polynomial_value
 from .exact_sets import ExactSet, exact_set, sets_equal
@@ -496,18 +493,23 @@ def gold_number(gold_text: str) -> Optional[ExactNumber]:
 
 @lru_cache(maxsize=_VERDICT_MEMORY)
 def gold_value(gold_text: str):
-    """:func:`gold_number`, else the tuple of exact numbers the gold is (:func:`exact_tuple`), else the set
-    (:func:`~.exact_sets.exact_set`), else the polynomial (``{monomial: coefficient}``,
-    :func:`~.exact_polynomials.polynomial_value`), else the interval or union of intervals
-    (:func:`~.exact_intervals.exact_intervals`), else None."""
+    """:func:`gold_number`, else the tuple, set, polynomial (``{monomial: coefficient}``), intervals or matrix
+    of exact numbers its one reading is (the kinds of :data:`_STRUCTURED`), else None."""
     number = gold_number(gold_text)
     if number is not None or not isinstance(gold_text, str):
         return number
-    readings = answer_readings(gold_text) if len(gold_text) <= MAX_FAST_CHARS else ()
-    if len(readings) != 1:
+    reading = _sole(answer_readings(gold_text) if len(gold_text) <= MAX_FAST_CHARS else ())
+    if reading is None:
         return None
-    return (exact_tuple(readings[0]) or exact_set(readings[0], _set_element) or polynomial_value(readings[0])
-            or exact_intervals(readings[0], _set_element, gold=True))
+    return (exact_tuple(reading) or exact_set(reading, _set_element) or polynomial_value(reading)
+            or exact_intervals(reading, _set_element, gold=True) or exact_matrix(reading, _set_element))
+
+
+def _sole(readings) -> Optional[str]:
+    """The one reading, or a matrix's when the other is the grader's tuple spelling of its column vector."""
+    if len(readings) == 1 or (len(readings) == 2 and readings[0].lstrip().startswith("\\begin{")):
+        return readings[0]
+    return None
 
 
 def _set_element(text: str) -> Optional[Dict[int, Fraction]]:
@@ -518,6 +520,16 @@ def _set_element(text: str) -> Optional[Dict[int, Fraction]]:
     return _terms(number)
 
 
+# a structured gold's kind: (the answer's reading of that kind, math-verify's comparison)
+_STRUCTURED = {
+    tuple: (exact_tuple, tuples_equal),
+    ExactSet: (lambda r: exact_set(r, _set_element), sets_equal),
+    dict: (polynomial_value, lambda gold, answer: answer == gold),  # polynomials: equal when expanded alike
+    ExactIntervals: (lambda r: exact_intervals(r, _set_element, gold=False), intervals_equal),
+    ExactMatrix: (lambda r: exact_matrix(r, _set_element), matrices_equal),
+}
+
+
 @lru_cache(maxsize=_VERDICT_MEMORY)
 def _decide(gold_text: str, raw: str):
     """(correct, vote key) of the final answer ``raw`` against the gold, or None: workers (a wrong
@@ -525,21 +537,11 @@ def _decide(gold_text: str, raw: str):
     gold = gold_value(gold_text)
     if gold is None:
         return None
-    if isinstance(gold, (tuple, ExactSet, dict, ExactIntervals)):
-        readings = answer_readings(raw)
-        if isinstance(gold, ExactIntervals):  # a set of reals (:mod:`.exact_intervals`)
-            answer = (exact_intervals(readings[0], _set_element, gold=False)
-                      if len(readings) == 1 and len(raw) <= MAX_FAST_CHARS else None)
-            correct = intervals_equal(gold, answer) if answer is not None else None
-        elif isinstance(gold, dict):  # a polynomial (:mod:`.exact_polynomials`): equal when expanded alike
-            answer = polynomial_value(readings[0]) if len(readings) == 1 and len(raw) <= MAX_FAST_CHARS else None
-            correct = (answer == gold) if answer is not None else None
-        elif isinstance(gold, tuple):
-            answer = exact_tuple(readings[0]) if len(readings) == 1 else None
-            correct = tuples_equal(gold, answer) if answer is not None else None
-        else:  # a set only against a set: math-verify accepts a set against a tuple or a list
-            answer = exact_set(readings[0], _set_element) if len(readings) == 1 and len(raw) <= MAX_FAST_CHARS else None
-            correct = sets_equal(gold, answer) if answer is not None else None
+    if type(gold) in _STRUCTURED:  # each only against its own kind (a set against a tuple: the workers)
+        read, equal = _STRUCTURED[type(gold)]
+        reading = _sole(answer_readings(raw)) if len(raw) <= MAX_FAST_CHARS else None
+        answer = read(reading) if reading is not None else None
+        correct = equal(gold, answer) if answer is not None else None
     else:
         answer = _only_number(raw, gold=False)
         correct = numbers_equal(gold, answer) if answer is not None else None
@@ -551,8 +553,7 @@ def _decide(gold_text: str, raw: str):
 
 
 def clear_caches() -> None:
-    """Forget every remembered gold, verdict, prepared label and answer search (a benchmark's cold
-    start; a new rollout actor starts so)."""
+    """Forget every remembered gold, verdict, label and answer search (a benchmark's cold start)."""
     from . import extraction
 
     for cached in (gold_number, gold_value, _decide):
@@ -595,6 +596,5 @@ def exact_verdict(response: str, gold_text: Optional[str], require_anchor: bool 
     return answer_verdict(gold_text, candidate.raw, gold)
 
 
-__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "gold_value", "exact_tuple", "clear_caches",
-           "tuples_equal", "answer_verdict",
-           "exact_verdict"]
+__all__ = ["ExactNumber", "MAX_FAST_CHARS", "exact_number", "numbers_equal", "gold_number", "gold_value", "exact_tuple",
+           "clear_caches", "tuples_equal", "answer_verdict", "exact_verdict"]
