@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from rlhf_ext.rewards import prepare_gold
+from test_rewards_exact_mixed import both_modes
+
 from rlhf_ext.rewards.exact_matrices import exact_matrix
-from rlhf_ext.rewards.exact_numbers import _set_element, exact_verdict
-from rlhf_ext.rewards.math_verify_recipe import grade_response
+from rlhf_ext.rewards.exact_numbers import _set_element
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
@@ -34,23 +34,16 @@ UNDECIDED = [  # a decimal entry, another shape, a sign or arithmetic around it,
 ]
 
 
-def _both_modes(answer, gold):
-    gold_text = prepare_gold(gold)
-    for response, kwargs in (("So the answer is $\\boxed{%s}$." % answer, {}),
-                             ("We get $%s$" % answer, {"require_anchor": False})):
-        yield exact_verdict(response, gold_text, **kwargs), grade_response(response, gold_text, {}, **kwargs)
-
-
 @pytest.mark.parametrize("answer, gold, correct", DECIDED)
 def test_decided_verdicts_equal_the_full_path_and_math_verify(answer, gold, correct):
-    for quick, full in _both_modes(answer, gold):
+    for quick, full in both_modes(answer, gold):
         assert full["correct"] is correct
         assert quick is not None and quick["correct"] is correct, quick
 
 
 @pytest.mark.parametrize("answer, gold", UNDECIDED)
 def test_left_to_the_workers(answer, gold):
-    for quick, full in _both_modes(answer, gold):
+    for quick, full in both_modes(answer, gold):
         assert quick is None, quick
         assert isinstance(full["correct"], bool)
 

@@ -29,7 +29,8 @@ UNDECIDED = [  # arithmetic on a mixed number, a zero denominator, a letter afte
 ]
 
 
-def _both_modes(answer, gold):
+def both_modes(answer, gold):
+    """(fast path, full grader) verdicts in reward mode, then in evaluation mode (no anchor)."""
     gold_text = prepare_gold(gold)
     for response, kwargs in (("So the answer is $\\boxed{%s}$." % answer, {}),
                              ("We get $%s$" % answer, {"require_anchor": False})):
@@ -38,14 +39,14 @@ def _both_modes(answer, gold):
 
 @pytest.mark.parametrize("answer, gold, correct", DECIDED)
 def test_decided_verdicts_equal_the_full_path_and_math_verify(answer, gold, correct):
-    for quick, full in _both_modes(answer, gold):
+    for quick, full in both_modes(answer, gold):
         assert full["correct"] is correct
         assert quick is not None and quick["correct"] is correct, quick
 
 
 @pytest.mark.parametrize("answer, gold", UNDECIDED)
 def test_left_to_the_workers(answer, gold):
-    for quick, full in _both_modes(answer, gold):
+    for quick, full in both_modes(answer, gold):
         assert quick is None, quick
         assert full["correct"] is False
 

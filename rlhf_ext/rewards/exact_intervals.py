@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Dict, Optional, Tuple
 
+from .exact_sets import ExactSet
+
 _MAX_PIECES = 6
 _MARGIN = 2e-6
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?=[\[\]()])")
@@ -48,8 +50,7 @@ def _endpoint(text: str, read_endpoint: Callable[[str], Optional[Dict[int, Fract
     terms = read_endpoint(text) if text else None
     if terms is None:
         return None
-    value = sum(float(c) * (math.pi if b == 0 else math.sqrt(b)) for b, c in terms.items())
-    return (value, tuple(sorted(terms.items())))
+    return (ExactSet.approx(terms.items()), tuple(sorted(terms.items())))
 
 
 def _order(a: Endpoint, b: Endpoint) -> Optional[int]:

@@ -12,11 +12,12 @@ Pinned against the full grader and real math-verify in ``tests/test_rewards_exac
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Dict, Optional
+
+from .exact_sets import ExactSet
 
 _MAX_ENTRIES = 16
 _MARGIN = 2e-6
@@ -28,10 +29,6 @@ class ExactMatrix:
     """Rows of entries, each entry as its sorted ``(basis, coefficient)`` terms (basis 1, sqrt(m), pi = 0)."""
 
     rows: tuple
-
-    @staticmethod
-    def approx(entry) -> float:
-        return sum(float(c) * (math.pi if b == 0 else math.sqrt(b)) for b, c in entry)
 
 
 def exact_matrix(reading: str, read_entry: Callable[[str], Optional[Dict[int, Fraction]]]) -> Optional[ExactMatrix]:
@@ -65,7 +62,7 @@ def matrices_equal(gold: ExactMatrix, answer: ExactMatrix) -> Optional[bool]:
         return True
     for g_row, a_row in zip(gold.rows, answer.rows):
         for g, a in zip(g_row, a_row):
-            x, y = ExactMatrix.approx(g), ExactMatrix.approx(a)
+            x, y = ExactSet.approx(g), ExactSet.approx(a)
             if g != a and abs(x - y) > _MARGIN * max(1.0, abs(x), abs(y)):
                 return False
     return None

@@ -35,7 +35,7 @@ def mixed_number(text: str) -> Optional[Tuple[str, Fraction]]:
 
 def ungrouped(text: str) -> Optional[str]:
     """``10,\\!080`` / ``10\\,080`` written as ``10,080`` (the comma grouping the plain reader knows), or None."""
-    if _GROUPED.fullmatch(text) is None:
+    if "\\" not in text or _GROUPED.fullmatch(text) is None:  # every number passes here: the cheap test first
         return None
     return text.replace(",\\!", ",").replace("\\,", ",")
 
