@@ -81,6 +81,45 @@ def test_one_sample_path_gives_what_the_batch_path_gives(scorers, spec):
         assert one.score(*args) == batch.score(*args)
 
 
+def _first(out: dict) -> dict:
+    return {"rewards": out["rewards"][0], "scores": out["scores"][0],
+            "extra_logs": {key: values[0] for key, values in out["extra_logs"].items()}}
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_score_sample_gives_the_batch_paths_values_as_floats(scorers, spec):
+    """:meth:`RewardScorer.score_sample` (what ``reward_func`` calls for OpenRLHF's one-sample call):
+    each value the batch path gives, as a float, the keys in the same order; odd inputs and failures alike."""
+    one, batch = scorers[spec]
+    cases = [(_query(r, eos), PROMPT, gold) for r, gold in SAMPLES for eos in (True, False)]
+    cases += [(PROMPT + "So \\boxed{42}.<|im_end|>", "another prompt", "42"),  # prompt not found
+              ("So \\boxed{42}.<|im_end|>", "", None),
+              (None, PROMPT, "42"), (_query("So \\boxed{42}.", True), None, "42"), (b"bytes", PROMPT, "42")]
+    for query, prompt, gold in cases:
+        got = one.score_sample(query, prompt, gold)
+        want = _first(batch.score([query], [prompt], [gold]))
+        assert got == want and list(got["extra_logs"]) == list(want["extra_logs"]), (spec, query, gold)
+        assert all(type(v) is float for v in [got["rewards"], got["scores"], *got["extra_logs"].values()])
+    assert one.score_sample(None, PROMPT, "42")["extra_logs"]["reward_flag/error"] == 1.0
+
+
+def test_the_reward_file_gives_one_samples_logs_as_floats_and_batches_as_tensors(scorers, monkeypatch):
+    from rlhf_ext.rewards import openrlhf_protocol
+
+    one, _ = scorers["math"]
+    monkeypatch.setattr(openrlhf_protocol, "_env_scorer", one)
+    q = _query("So \\boxed{42}.", True)
+    single = openrlhf_reward.reward_func([q], [PROMPT], ["42"])
+    assert single["rewards"].dtype == torch.float32 and single["rewards"].tolist() == [pytest.approx(1.2)]
+    assert single["scores"].tolist() == [1.0] and single["extra_logs"] == _first(one.score([q], [PROMPT], ["42"]))["extra_logs"]
+    pair = openrlhf_reward.reward_func([q, q], [PROMPT, PROMPT], ["42", "41"])
+    assert pair["scores"].tolist() == [1.0, 0.0] and pair["extra_logs"]["reward/accuracy"].tolist() == [1.0, 0.0]
+    as_tuple = openrlhf_reward.reward_func((q,), (PROMPT,), ("42",))  # not OpenRLHF's lists: the batch path
+    assert as_tuple["rewards"].tolist() == single["rewards"].tolist() and as_tuple["extra_logs"] == single["extra_logs"]
+    bad = openrlhf_reward.reward_func([q], [PROMPT], ["42", "43"])  # lengths differ: scored 0 and reported
+    assert bad["rewards"].tolist() == [0.0] and bad["extra_logs"]["reward_flag/error"] == 1.0
+
+
 def test_the_values_the_one_sample_path_gives_are_the_rewards(scorers):
     one, _ = scorers["math"]
     out = one.score([_query("So \\boxed{42}.", True)], [PROMPT], ["42"])
@@ -155,7 +194,12 @@ def test_reward_file_tensors_are_float32_rows_that_own_their_memory():
     # a row changed in place changes no other row
     got["extra_logs"]["reward/accuracy"] += 5
     assert got["extra_logs"]["reward_flag/error"].tolist() == [0.0, 1.0] and got["scores"].tolist() == [1.0, 0.0]
-    one = openrlhf_reward._tensors({"rewards": [0.1], "scores": [0.0], "extra_logs": {"a": [math.pi]}})
-    assert one["extra_logs"]["a"].shape == (1,) and one["extra_logs"]["a"].item() == pytest.approx(math.pi)
+    # one sample (OpenRLHF's per-sample call): the logs are floats, rewards and scores tensors of one
+    one = openrlhf_reward._tensors({"rewards": [0.1], "scores": [0.0], "extra_logs": {"a": [math.pi], "b": [1.0]}})
+    assert one["extra_logs"] == {"a": math.pi, "b": 1.0} and all(type(v) is float for v in one["extra_logs"].values())
+    assert one["rewards"].shape == (1,) and one["rewards"].dtype == torch.float32
+    assert one["rewards"].item() == pytest.approx(0.1) and one["scores"].tolist() == [0.0]
+    odd = openrlhf_reward._tensors({"rewards": [0.1], "scores": [0.0], "extra_logs": {"a": [1.0, 2.0]}})
+    assert odd["extra_logs"]["a"].tolist() == [1.0, 2.0]  # a log of another length: tensors, never raised
     ragged = openrlhf_reward._tensors({"rewards": [0.1], "scores": [0.0, 1.0], "extra_logs": {}})
     assert ragged["scores"].tolist() == [0.0, 1.0]

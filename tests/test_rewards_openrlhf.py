@@ -122,9 +122,10 @@ def test_reward_file_in_openrlhf_rollout_threads(tokenizer, reward_env):
         assert set(out) == {"rewards", "scores", "extra_logs"}
         assert out["rewards"].shape == (1,) and out["rewards"].tolist() == [pytest.approx(expected)], (r, eos)
         assert out["scores"].tolist() == [1.0 if expected > 0.5 else 0.0]
-        logs = {k: v.tolist() for k, v in out["extra_logs"].items()}
-        assert logs["reward_flag/truncated"] == [0.0 if eos else 1.0]
-        assert logs["reward_flag/error"] == [0.0] and logs["reward_flag/prompt_not_found"] == [0.0]
+        logs = out["extra_logs"]  # one sample a call: a float each (OpenRLHF makes the tensors)
+        assert all(type(v) is float for v in logs.values())
+        assert logs["reward_flag/truncated"] == (0.0 if eos else 1.0)
+        assert logs["reward_flag/error"] == 0.0 and logs["reward_flag/prompt_not_found"] == 0.0
     keys = [sorted(out["extra_logs"]) for out in results]
     assert all(k == keys[0] for k in keys)  # OpenRLHF concatenates these per sample: same keys always
     assert {"reward/accuracy", "reward/answer_format", "reward/truncation", "reward_flag/no_answer",
@@ -160,9 +161,9 @@ def test_choice_and_ranking_rewards_through_the_reward_file(tokenizer, reward_en
     for (q, r, eos, label, reward, score), out in zip(cases * 2, results):
         assert out["rewards"].tolist() == [pytest.approx(reward)], r
         assert out["scores"].tolist() == [score], r
-        logs = {k: v.tolist() for k, v in out["extra_logs"].items()}
-        assert logs["reward_flag/error"] == [0.0] and logs["reward_flag/gold_unparsed"] == [0.0]
-        assert logs["reward_flag/truncated"] == [0.0 if eos else 1.0]
+        logs = out["extra_logs"]
+        assert logs["reward_flag/error"] == 0.0 and logs["reward_flag/gold_unparsed"] == 0.0
+        assert logs["reward_flag/truncated"] == (0.0 if eos else 1.0)
     keys = [sorted(out["extra_logs"]) for out in results]
     assert all(k == keys[0] for k in keys)
     assert {"reward/choice_accuracy", "reward/ranking_partial", "reward/parse_failure"} <= set(keys[0])
@@ -195,6 +196,14 @@ def test_openrlhf_builds_experiences_from_the_rewards(tokenizer, reward_env):
             "reward": info["rewards"], "scores": info["scores"], "extra_logs": info["extra_logs"],
         }
         exp = SamplesGenerator._process_response_into_experience(None, output, max_len=512)
+        assert all(type(v) is float for v in info["extra_logs"].values())
+        # the logs as float tensors (what reward files conventionally return) build the same experience
+        as_tensors = dict(output, extra_logs={k: torch.tensor([v], dtype=torch.float32)
+                                              for k, v in info["extra_logs"].items()})
+        same = SamplesGenerator._process_response_into_experience(None, as_tensors, max_len=512)
+        assert list(exp.info) == list(same.info)
+        for key in exp.info:
+            assert exp.info[key].dtype == same.info[key].dtype and torch.equal(exp.info[key], same.info[key]), key
         assert exp.rewards.flatten().tolist() == [pytest.approx(expected)]
         assert exp.info["reward/format"].tolist() == [1.0 if eos else 0.0]
         experiences.append(exp)
@@ -213,7 +222,7 @@ def test_reward_func_never_raises(tokenizer, reward_env):
 
     reward_env(RLHF_EXT_REWARD="acuracy")  # a typo: every call scores 0 and says why
     out = reward_func(["q"], ["q"], ["1"])
-    assert out["rewards"].tolist() == [0.0] and out["extra_logs"]["reward_flag/error"].tolist() == [1.0]
+    assert out["rewards"].tolist() == [0.0] and out["extra_logs"]["reward_flag/error"] == 1.0
 
     reward_env(RLHF_EXT_REWARD="math", RLHF_EXT_REWARD_WORKERS="1")
     bad_inputs = [
@@ -224,13 +233,14 @@ def test_reward_func_never_raises(tokenizer, reward_env):
     for queries, prompts, labels in bad_inputs:
         out = reward_func(queries, prompts, labels)
         assert out["rewards"].tolist() == [0.0] * len(queries)
-        assert out["extra_logs"]["reward_flag/error"].tolist() == [1.0] * len(queries)
+        flags = out["extra_logs"]["reward_flag/error"]  # a float for one sample, a tensor for more
+        assert flags == 1.0 if len(queries) == 1 else flags.tolist() == [1.0] * len(queries)
     query, prompt = openrlhf_query(tokenizer, "2+2?", "\\boxed{4}")
     for label in (None, "", {"x": 1}, float("nan")):  # unusable golds are reported, not errors
         out = reward_func([query], [prompt], [label])
         logs = out["extra_logs"]
-        assert out["scores"].tolist() == [0.0] and logs["reward_flag/gold_unparsed"].tolist() == [1.0]
-        assert logs["reward_flag/error"].tolist() == [0.0]
+        assert out["scores"].tolist() == [0.0] and logs["reward_flag/gold_unparsed"] == 1.0
+        assert logs["reward_flag/error"] == 0.0
 
 
 def test_hostile_sample_in_rollout_threads_scores_zero_with_a_timeout_flag(tokenizer, reward_env):
@@ -239,7 +249,7 @@ def test_hostile_sample_in_rollout_threads_scores_zero_with_a_timeout_flag(token
     hostile = openrlhf_query(tokenizer, "Compute.", "\\boxed{9^{9^{9^{9}}}}") + ("1",)
     normal = [openrlhf_query(tokenizer, "Compute.", "\\boxed{%d}" % i) + (str(i),) for i in range(12)]
     results = _score_like_openrlhf(executor, [hostile] + normal)
-    assert results[0]["extra_logs"]["reward_flag/timeout"].tolist() == [1.0]
+    assert results[0]["extra_logs"]["reward_flag/timeout"] == 1.0
     assert results[0]["rewards"].tolist() == [pytest.approx(0.2)]  # formatted, but not credited
     assert all(r["scores"].tolist() == [1.0] for r in results[1:])
 
@@ -348,13 +358,13 @@ def test_reward_file_inside_a_ray_actor(tokenizer):
                     return await asyncio.gather(*[asyncio.to_thread(self.reward_func, [q], [p], [l])
                                                   for q, p, l in batch])
 
-                return [(o["rewards"].tolist(), o["extra_logs"]["reward_flag/truncated"].tolist(), os.getpid())
+                return [(o["rewards"].tolist(), o["extra_logs"]["reward_flag/truncated"], os.getpid())
                         for o in asyncio.run(run())]
 
         actor = RolloutLike.remote(reward_file_path())
         out = ray.get(actor.score.remote(samples), timeout=180)
         assert [o[0] for o in out] == [[pytest.approx(1.2)], [pytest.approx(-0.3)]]
-        assert [o[1] for o in out] == [[0.0], [1.0]]
+        assert [o[1] for o in out] == [0.0, 1.0]  # one sample a call: a float
         assert out[0][2] != os.getpid()  # really scored in another process
     finally:
         ray.shutdown()

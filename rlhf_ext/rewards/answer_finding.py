@@ -58,11 +58,14 @@ class AnswerCandidate:
     source: str  # "boxed", "answer_tag", "phrase", "gsm8k"
 
 
-def _matching_braces(text: str) -> Dict[int, int]:
-    """Map the index of every ``{`` that has a matching ``}`` to the index of that ``}``; one pass."""
+def _matching_braces(text: str, start: int = 0) -> Dict[int, int]:
+    """Map the index of every ``{`` at or after ``start`` that has a matching ``}`` to the index of
+    that ``}``; one pass. A brace opened at or after ``start`` is matched by what follows it alone,
+    whatever came before, when ``start`` is not a backslash before a brace or backslash (a box's
+    backslash, followed by a letter, never is)."""
     stack: List[int] = []
     pairs: Dict[int, int] = {}
-    for m in _BRACE_TOKEN.finditer(text):
+    for m in _BRACE_TOKEN.finditer(text, start):
         tok = m.group()
         if tok == "{":
             stack.append(m.start())
@@ -121,14 +124,29 @@ _BOX_GAP = re.compile(
 _MAX_BOX_GAP = 80
 
 
+def _plain_close(text: str, start: int) -> Optional[int]:
+    """The ``}`` closing a brace opened just before ``start`` when no brace or backslash comes before
+    it (``\\boxed{17}``: most boxes), else None: the first ``}`` is then its match (nothing between
+    could be a token of :func:`_matching_braces`), without matching the whole text."""
+    close = text.find("}", start)
+    if close < 0:
+        return None
+    inside = text[start:close]
+    return None if "{" in inside or "\\" in inside else close
+
+
 def _complete_boxes(text: str) -> List[tuple]:
     """Every complete, non-empty box of ``text`` as (start, end, content), in order."""
     if "\\boxed" not in text and "\\fbox" not in text:
         return []
-    pairs = _matching_braces(text)
+    pairs = None
     boxes = []
     for m in _BOXED_OPEN.finditer(text):
-        close = pairs.get(m.end() - 1)
+        close = _plain_close(text, m.end())
+        if close is None:  # braces or backslashes inside: match the braces from the first box on
+            if pairs is None:
+                pairs = _matching_braces(text, m.start())
+            close = pairs.get(m.end() - 1)
         if close is not None:
             content = text[m.end() : close]
             if len(content) <= MAX_ANSWER_CHARS and content.strip():
@@ -287,16 +305,51 @@ def _strip_spans(line: str) -> str:
     return " ".join(parts)
 
 
+# The characters that IGNORECASE matches to an ASCII letter of ANSWER_PHRASE besides the letter's own
+# two cases (Python's re documentation): where none occurs, a lower-cased copy finds the same words.
+_FOLDED_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
+_ANSWER_AT = re.compile(r"(?i)\banswer\s*(?:is\b\s*:?|:)[ \t]*")
+
+
+def _last_phrase_match(text: str):
+    """(start, end) of the last match of :data:`ANSWER_PHRASE` in ``text``, or None. Searched from the
+    end for "answer" (a match ends with its only "answer", so the last match holds the last "answer"
+    that one matches at): a response's answer phrase is in its last lines."""
+    lower = text.lower()
+    if not text.isascii() and (len(lower) != len(text) or any(c in text for c in _FOLDED_TO_ASCII)):
+        last = None
+        for last in ANSWER_PHRASE.finditer(text):
+            pass
+        return None if last is None else last.span()
+    at = len(lower)
+    while True:
+        at = lower.rfind("answer", 0, at)
+        if at < 0:
+            return None
+        m = _ANSWER_AT.match(text, at)
+        if m is not None:
+            # the match starts at "final" when "final" and whitespace (re's \s: str.isspace) come before
+            j = at
+            while j > 0 and text[j - 1].isspace():
+                j -= 1
+            if j < at and lower.endswith("final", 0, j) and (j == 5 or not _word_char(text[j - 6])):
+                return j - 5, m.end()
+            return at, m.end()
+        at += 5  # the next search ends before this "answer" starts
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"  # re's \w for str patterns
+
+
 def _last_phrase(text: str):
-    last = None
-    for m in ANSWER_PHRASE.finditer(text):
-        last = m
+    last = _last_phrase_match(text)
     if last is None:
         return None
-    value = _phrase_answer(text[last.end() : last.end() + 4 * MAX_ANSWER_CHARS])
+    value = _phrase_answer(text[last[1] : last[1] + 4 * MAX_ANSWER_CHARS])
     if value and _EMPTY_BOX.fullmatch(value):  # "The answer is $\\boxed{}$" states nothing
         value = None
-    return (last.start(), value) if value else None
+    return (last[0], value) if value else None
 
 
 def _last_gsm8k(text: str):
@@ -376,10 +429,12 @@ def _search_answer(text: str, require_anchor: bool) -> Optional[AnswerCandidate]
         answer = _answer_in_tag(tag)
         if answer is not None and answer.raw:
             return answer
-    boxes = find_final_boxes(text)
-    found = AnswerCandidate(join_boxes(boxes), "boxed") if boxes else _phrase_or_gsm8k(text)
-    if boxes:
-        found = _final_answer_after_boxes(text) or found
+    all_boxes = _complete_boxes(text)
+    if all_boxes:
+        final = [content for _, _, content in _final_group(text, all_boxes)]
+        found = _final_answer_after_boxes(text, all_boxes[-1][1]) or AnswerCandidate(join_boxes(final), "boxed")
+    else:
+        found = _phrase_or_gsm8k(text)
     if require_anchor:
         return found
     if found is None:
@@ -435,13 +490,11 @@ def _restated_program_output(text: str) -> Optional[AnswerCandidate]:
 _FINAL_ANSWER = re.compile(r"(?i)final\s+answer")
 
 
-def _final_answer_after_boxes(text: str) -> Optional[AnswerCandidate]:
-    """A "final answer is X" phrase written after the last box (Minerva's "Final Answer: The final
-    answer is $10,455$." after boxed intermediate results) states the answer, when X is math."""
+def _final_answer_after_boxes(text: str, last_box_end: int) -> Optional[AnswerCandidate]:
+    """A "final answer is X" phrase written after the last box (ending at ``last_box_end``; Minerva's
+    "Final Answer: The final answer is $10,455$." after boxed intermediate results) states the answer,
+    when X is math."""
     phrase_at = max(text.rfind("inal answer"), text.rfind("inal Answer"), text.rfind("INAL ANSWER"))
-    if phrase_at < 0:
-        return None  # the common case, without a second pass over the boxes
-    last_box_end = _complete_boxes(text)[-1][1]
     if phrase_at < last_box_end:
         return None
     last = None

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import abc
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -118,17 +119,18 @@ class StructuredGold:
 
 
 def _looks_structured(gold) -> Optional[Mapping]:
-    if isinstance(gold, Mapping):
-        return gold
-    if isinstance(gold, str) and ('"options"' in gold or '"answer_type"' in gold or '"answer"' in gold):
-        s = gold.strip()
-        if s.startswith("{") and s.endswith("}"):
-            try:
-                value = json.loads(s)
-            except json.JSONDecodeError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None
+    if isinstance(gold, str):
+        if '"options"' in gold or '"answer_type"' in gold or '"answer"' in gold:
+            s = gold.strip()
+            if s.startswith("{") and s.endswith("}"):
+                try:
+                    value = json.loads(s)
+                except json.JSONDecodeError:
+                    return None
+                return value if isinstance(value, dict) else None
+        return None
+    # collections.abc's class, not typing's alias: its isinstance is a cached C check (one sample a call)
+    return gold if isinstance(gold, abc.Mapping) else None
 
 
 def parse_structured_gold(gold, answer_type: Optional[str] = None) -> Optional[StructuredGold]:

@@ -235,6 +235,15 @@ class WeightedReward:
         its list form: OpenRLHF calls the reward file once per sample, where the list forms' argument
         checks and the per-batch bookkeeping cost more than the rewards. Same values, flags and errors;
         ``ValueError`` when :attr:`scores_one` is False, ``TypeError`` for a text that is no string."""
+        reward, correct, components, flags, grade = self.score_one_values(text, gold, truncated)
+        return RewardBreakdown(rewards=[reward], correct=None if correct is None else [correct],
+                               components={name: [v] for name, v in components.items()},
+                               flags={name: [v] for name, v in flags.items()},
+                               grades=None if grade is None else [grade])
+
+    def score_one_values(self, text: str, gold: Any, truncated: Optional[bool] = None):
+        """:meth:`score_one` as plain values, ``(reward, correct, components, flags, grade)``: floats, the
+        correctness (None when not graded), ``{name: float}`` twice and the verdict (None when not graded)."""
         plan = self._one_plan
         if plan is None:
             raise ValueError(f"{self!r} has a reward without a one-sample form, or options: score a batch")
@@ -244,16 +253,16 @@ class WeightedReward:
         grade = None
         if self.uses_correctness:
             grade = choice_rewards.grade_one_mixed(text, gold, self._live_grader)
-            flags = {"no_answer": [1.0 if grade.extracted is None else 0.0],
-                     "gold_unparsed": [1.0 if not grade.gold_parsed and not grade.timeout else 0.0],
-                     "timeout": [1.0 if grade.timeout else 0.0],
-                     "grade_error": [1.0 if grade.error and not grade.timeout and grade.gold_parsed else 0.0],
-                     "truncated": [cut], "reward_error": [0.0]}
+            flags = {"no_answer": 1.0 if grade.extracted is None else 0.0,
+                     "gold_unparsed": 1.0 if not grade.gold_parsed and not grade.timeout else 0.0,
+                     "timeout": 1.0 if grade.timeout else 0.0,
+                     "grade_error": 1.0 if grade.error and not grade.timeout and grade.gold_parsed else 0.0,
+                     "truncated": cut, "reward_error": 0.0}
         else:
-            flags = {"no_answer": [0.0], "gold_unparsed": [0.0], "timeout": [0.0], "grade_error": [0.0],
-                     "truncated": [cut], "reward_error": [0.0]}
+            flags = {"no_answer": 0.0, "gold_unparsed": 0.0, "timeout": 0.0, "grade_error": 0.0,
+                     "truncated": cut, "reward_error": 0.0}
         reward = 0.0
-        components: Dict[str, List[float]] = {}
+        components: Dict[str, float] = {}
         for name, weight, one in plan:
             try:
                 value = float(one(text, grade, truncated))
@@ -262,11 +271,10 @@ class WeightedReward:
             except Exception as exc:  # as __call__: a broken reward must not crash the training step
                 logger.error("rlhf_ext reward %r failed on a batch of %d: %s: %s", name, 1, type(exc).__name__, exc)
                 value = 0.0
-                flags["reward_error"] = [1.0]
-            components[name] = [value]
+                flags["reward_error"] = 1.0
+            components[name] = value
             reward = reward + weight * value
-        return RewardBreakdown(rewards=[reward], correct=None if grade is None else [1.0 if grade.correct else 0.0],
-                               components=components, flags=flags, grades=None if grade is None else [grade])
+        return reward, None if grade is None else (1.0 if grade.correct else 0.0), components, flags, grade
 
     def grade(self, completions: Sequence, solution: Optional[Sequence]) -> List[GradeResult]:
         """The verdicts on a batch, each gold by its answer type: choice and ranking golds here, math golds

@@ -481,6 +481,8 @@ def _only_number(text: str, gold: bool) -> Optional[ExactNumber]:
 # Verdicts are pure functions of (gold, answer as written): remembered, so the samples of a GRPO
 # group that share a gold and a final answer (most of them) cost one dictionary look-up each.
 _VERDICT_MEMORY = 16384
+# An integer as most answers are written: one reading, itself its vote key, never a rounded decimal.
+_PLAIN_INTEGER = re.compile(r"0|-?[1-9]\d{0,17}")
 
 
 @lru_cache(maxsize=_VERDICT_MEMORY)
@@ -537,6 +539,8 @@ def _decide(gold_text: str, raw: str):
     gold = gold_value(gold_text)
     if gold is None:
         return None
+    if type(gold) is ExactNumber and gold.kind == "int" and not gold.percent and _PLAIN_INTEGER.fullmatch(raw):
+        return int(raw) == gold.value, raw  # what the rest reads from it, without its rewriting passes
     if type(gold) in _STRUCTURED:  # each only against its own kind (a set against a tuple: the workers)
         read, equal = _STRUCTURED[type(gold)]
         reading = _sole(answer_readings(raw)) if len(raw) <= MAX_FAST_CHARS else None

@@ -125,7 +125,10 @@ class MathGrader:
         if not isinstance(response, str):
             raise TypeError(f"response must be a str, got {type(response).__name__}")
         # the fast path's verdict comes back as it is, without a future (OpenRLHF grades one sample a call)
-        out = self._submit_many([response], [gold], direct=True)[0]
+        prepared = self._prepare(response, gold)
+        if prepared[2] is not None and self._pool.count_decided():
+            return prepared[2]
+        out = self._pool.submit([prepared], direct=True)[0]
         return out if isinstance(out, GradeResult) else self.wait(out)
 
     def grade_batch(self, responses: Sequence[str], golds: Sequence) -> List[GradeResult]:
@@ -171,15 +174,17 @@ class MathGrader:
         :class:`GradeResult` itself instead (a future costs a lock and a condition)."""
         # Outside the pool's lock: the golds' answers, and the fast path's exact verdicts (string work
         # and fractions, linear in the response), so that concurrent submitters do not queue behind it.
-        prepared = []
-        for response, gold in zip(responses, golds):
-            try:
-                gold_text = prepare_gold(gold)
-            except Exception as exc:  # an exotic gold object must not break the batch
-                gold_text = None
-                logger.debug("prepare_gold failed: %r", exc)
-            prepared.append((response, gold_text, self._fast_verdict(response, gold_text)))
-        return self._pool.submit(prepared, direct)
+        return self._pool.submit([self._prepare(response, gold) for response, gold in zip(responses, golds)], direct)
+
+    def _prepare(self, response: str, gold) -> tuple:
+        """``(response, gold_text, verdict)`` as the pool takes a sample: the gold's answer (None: it states
+        none) and the fast path's verdict (None: a worker grades it)."""
+        try:
+            gold_text = prepare_gold(gold)
+        except Exception as exc:  # an exotic gold object must not break the batch
+            gold_text = None
+            logger.debug("prepare_gold failed: %r", exc)
+        return response, gold_text, self._fast_verdict(response, gold_text)
 
     def _fast_verdict(self, response, gold_text: Optional[str]) -> Optional[GradeResult]:
         """The exact verdict on a plain-number sample (:mod:`.exact_numbers`), or None: a worker grades it."""

@@ -209,6 +209,21 @@ class GradingPool(_Dispatcher, _Scheduler):
 
     # --- submission ----------------------------------------------------------------------------
 
+    def count_decided(self) -> bool:
+        """Count one sample the fast path decided, as :meth:`submit` with ``direct`` counts it, and say
+        True; False (nothing counted) when it must go through :meth:`submit`: a closed or broken pool,
+        or this object in a forked child."""
+        if self._pid != os.getpid():
+            return False
+        with self._lock:
+            if self._closed or self._broken:
+                return False
+            stats = self._stats
+            stats["submitted"] += 1
+            stats["fast_path"] += 1
+            stats["completed"] += 1
+        return True
+
     def submit(self, prepared: Sequence[Tuple[str, Optional[str], Optional[GradeResult]]],
                direct: bool = False) -> list:
         """``prepared``: ``(response, gold_text, verdict)`` per sample, ``gold_text`` the gold's answer

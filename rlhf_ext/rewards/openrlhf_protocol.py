@@ -239,6 +239,34 @@ class RewardScorer:
         except Exception as exc:  # inside a training job: score and report, never raise
             return self.failed(n, exc)
 
+    @property
+    def scores_one(self) -> bool:
+        """Whether :meth:`score_sample` scores by the one-sample path (else it scores a batch of one)."""
+        return self._one_sample
+
+    def score_sample(self, query: str, prompt: str, label) -> Dict:
+        """:meth:`score` of one sample, as plain floats: ``{"rewards": float, "scores": float,
+        "extra_logs": {key: float}}``, each the one value of :meth:`score`'s lists, the keys in its order.
+        OpenRLHF's per-sample call, without the lists a batch needs. Never raises."""
+        try:
+            if not self._one_sample or type(query) is not str or type(prompt) is not str:
+                out = self.score([query], [prompt], [label])
+                return {"rewards": out["rewards"][0], "scores": out["scores"][0],
+                        "extra_logs": {key: values[0] for key, values in out["extra_logs"].items()}}
+            r = recover_response(query, prompt, self._eos)
+            reward, correct, components, flags, _ = self.reward.score_one_values(r.text, label, r.truncated)
+            keys = self._component_keys
+            logs = {keys[name]: value for name, value in components.items()}
+            keys = self._flag_keys
+            for flag, value in flags.items():
+                logs[keys[flag]] = value
+            logs[PROMPT_NOT_FOUND_KEY] = 0.0 if r.prompt_found else 1.0
+            logs[ERROR_KEY] = 0.0
+            return {"rewards": reward, "scores": reward if correct is None else correct, "extra_logs": logs}
+        except Exception as exc:  # inside a training job: score and report, never raise
+            out = self.failed(1, exc)
+            return {"rewards": 0.0, "scores": 0.0, "extra_logs": {key: values[0] for key, values in out["extra_logs"].items()}}
+
     def score_responses(self, recovered: Sequence[RecoveredResponse], labels: Sequence) -> Dict:
         """:meth:`score` for responses already taken out of their queries (an agent's turn). Never raises."""
         n = len(recovered)

@@ -38,6 +38,16 @@ def _tensors(out: dict) -> dict:
     # and take it back, and with several threads waiting that cost more than the whole call (issue 41:
     # 0.06-0.09 ms a call against 0.016 here). Each row tensor owns just its row's memory (it pickles alone).
     logs = out["extra_logs"]
+    if len(out["rewards"]) == 1:
+        # One sample (OpenRLHF's per-sample call): each log is a float. OpenRLHF 0.11.2 turns every value
+        # into a tensor itself (samples_generator: a tensor's first element read back by .item(), then
+        # torch.tensor([value])), so eleven one-element tensors made here were a third of the call.
+        try:
+            floats = {key: float(value) for key, (value,) in logs.items()}
+            rows = list(map(torch.from_numpy, numpy.array((out["rewards"], out["scores"]), dtype=numpy.float32)))
+            return {"rewards": rows[0], "scores": rows[1], "extra_logs": floats}
+        except (ValueError, TypeError):  # rows of different lengths: never from the scorer, but never raise
+            pass
     values = [out["rewards"], out["scores"], *logs.values()]
     try:
         rows = list(map(torch.from_numpy, numpy.array(values, dtype=numpy.float32)))
@@ -47,7 +57,8 @@ def _tensors(out: dict) -> dict:
 
 
 def reward_func(queries, prompts, labels, **kwargs):
-    """OpenRLHF's rule-reward entry point; returns ``{"rewards", "scores", "extra_logs"}`` of float tensors.
+    """OpenRLHF's rule-reward entry point; returns ``{"rewards", "scores", "extra_logs"}``: float32 tensors
+    of one value per sample, and the logs as floats for one sample (OpenRLHF's call), else tensors.
 
     ``queries``: decoded prompt+response (special tokens kept); ``prompts``: the prompts; ``labels``:
     the gold answers from ``--data.label_key``. ``scores`` is the correctness (0/1) that dynamic
@@ -63,6 +74,12 @@ def reward_func(queries, prompts, labels, **kwargs):
         scorer = scorer_from_env()
     except Exception as exc:
         return _tensors(_config_error(n, exc))
+    if n == 1 and type(queries) is list and type(prompts) is list and type(labels) is list \
+            and len(prompts) == len(labels) == 1:  # OpenRLHF's call: one sample, scored without lists
+        out = scorer.score_sample(queries[0], prompts[0], labels[0])
+        rows = numpy.array(((out["rewards"],), (out["scores"],)), dtype=numpy.float32)
+        return {"rewards": torch.from_numpy(rows[0]), "scores": torch.from_numpy(rows[1]),
+                "extra_logs": out["extra_logs"]}
     return _tensors(scorer.score(_as_list(queries), _as_list(prompts), _as_list(labels)))
 
 
