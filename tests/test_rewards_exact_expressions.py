@@ -144,9 +144,10 @@ HAND = [
     ("\\left( \\frac{1+\\sqrt{5}}{2}, -1 \\right)", "(\\frac{1+\\sqrt5}{2},-1)", True),
     # a mixed number (rlhf_ext.rewards.exact_mixed, session 15), read before the expression parser
     ("1\\frac{4}{5}", "\\frac{9}{5}", True),
-    # left to the workers: decimals close to the gold, mixed numbers in parentheses, percentages, tuples in arithmetic
-    ("(3.21)+1", "4.21", None), ("2(3)", "6", None),
-    ("(49)+1", "50\\%", None), ("((1,2))+1", "(1,2)", None), ("(30^\\circ)+1", "30^\\circ", None),
+    # a tuple or a degree in parentheses plus a number (rlhf_ext.rewards.exact_near_misses)
+    ("((1,2))+1", "(1,2)", False), ("(30^\\circ)+1", "30^\\circ", False),
+    # left to the workers: decimals close to the gold, percentages
+    ("(3.21)+1", "4.21", None), ("2(3)", "6", None), ("(49)+1", "50\\%", None),
 ]
 
 

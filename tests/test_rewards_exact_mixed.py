@@ -23,8 +23,8 @@ DECIDED = [
     ("10,\\!080", "10080", True), ("10080", "10,\\!080", True), ("10,080", "10,\\!080", True),
     ("10\\,080", "10,\\!080", True), ("1,\\!000,\\!000", "1000000", True), ("10,\\!081", "10,\\!080", False),
 ]
-UNDECIDED = [  # arithmetic on a mixed number, a zero denominator, a letter after it, groups not of three
-    ("(1\\frac{4}{5})+1", "1\\frac{4}{5}"), ("3\\frac{1}{0}", "3"), ("1\\frac{4}{5}x", "1.8"),
+UNDECIDED = [  # a zero denominator, a letter after it, groups not of three (arithmetic: test_rewards_exact_near_misses)
+    ("3\\frac{1}{0}", "3"), ("1\\frac{4}{5}x", "1.8"),
     ("10,\\!08", "10,\\!080"), ("1,\\!0800", "10,\\!080"),
 ]
 

@@ -85,6 +85,7 @@ from .exact_expressions import expression_value, square_free
 from .exact_intervals import ExactIntervals, exact_intervals, intervals_equal
 from .exact_matrices import ExactMatrix, exact_matrix, matrices_equal
 from .exact_mixed import mixed_number, ungrouped
+from .exact_near_misses import number_plus_number, structure_plus_number
 from .exact_polynomials import polynomial_value
 from .exact_sets import ExactSet, exact_set, sets_equal
 from .answer_forms import rounding_digits
@@ -507,6 +508,12 @@ def gold_value(gold_text: str):
             or exact_intervals(reading, _set_element, gold=True) or exact_matrix(reading, _set_element))
 
 
+def _one_reading_plus(raw: str):
+    """:func:`~.exact_near_misses.number_plus_number` of the answer's one reading, or None."""
+    readings = answer_readings(raw) if len(raw) <= MAX_FAST_CHARS and ")" in raw else ()
+    return number_plus_number(readings[0], exact_number) if len(readings) == 1 else None
+
+
 def _sole(readings) -> Optional[str]:
     """The one reading, or a matrix's when the other is the grader's tuple spelling of its column vector."""
     if len(readings) == 1 or (len(readings) == 2 and readings[0].lstrip().startswith("\\begin{")):
@@ -546,8 +553,12 @@ def _decide(gold_text: str, raw: str):
         reading = _sole(answer_readings(raw)) if len(raw) <= MAX_FAST_CHARS else None
         answer = read(reading) if reading is not None else None
         correct = equal(gold, answer) if answer is not None else None
+        if correct is None and reading is not None and type(gold) is not dict:  # "(gold)+1": .exact_near_misses
+            correct = structure_plus_number(reading, read)
     else:
         answer = _only_number(raw, gold=False)
+        if answer is None and (plus := _one_reading_plus(raw)) is not None:
+            answer = ExactNumber(*plus)
         correct = numbers_equal(gold, answer) if answer is not None else None
     if correct is None:
         return None
