@@ -151,10 +151,11 @@ def _complete_boxes(text: str) -> List[tuple]:
             content = text[m.end() : close]
             if len(content) <= MAX_ANSWER_CHARS and content.strip():
                 boxes.append((m.start(), close + 1, content))
-    for m in _BOXED_BARE.finditer(text):
-        content = _bare_boxed_content(m.group(1))
-        if content:
-            boxes.append((m.start(), m.start(1) + len(content), content))
+    if "\\boxed " in text or "\\boxed\t" in text:  # a bare box needs one: most texts skip the scan
+        for m in _BOXED_BARE.finditer(text):
+            content = _bare_boxed_content(m.group(1))
+            if content:
+                boxes.append((m.start(), m.start(1) + len(content), content))
     boxes.sort()
     # a box inside another (\boxed{\boxed{5}}) is the answer of both: keep the innermost
     out: List[tuple] = []
@@ -228,6 +229,8 @@ def _final_group(text: str, items: List[tuple]) -> List[tuple]:
 def join_boxes(contents: List[str]) -> str:
     """Several boxes as one answer: the set of their contents (``2, 5``), as math-verify reads it; a
     content written twice (``\\boxed{7}\\boxed{7}``) is one element."""
+    if len(contents) == 1:
+        return contents[0].strip()
     return ", ".join(dict.fromkeys(c.strip() for c in contents))
 
 
@@ -277,6 +280,8 @@ def _phrase_answer(after: str) -> Optional[str]:
     m = _NUMBER_THEN_WORDS.match(line)
     if m:
         return m.group(1)
+    if not _LETTER.search(line):  # no word of prose (the usual "The answer is 18."): the line is the answer
+        return line
     # "Final Answer: The largest $n$ is 34." states its answer inside a sentence: the answer is the
     # sentence's last math (a span or a number), not the sentence -- when only a few words follow it
     # ("... is 34", "... is $\\frac34$ square units"), not more math ("$0 + 0 = I am not sure").
@@ -287,6 +292,7 @@ def _phrase_answer(after: str) -> Optional[str]:
     return line
 
 
+_LETTER = re.compile(r"[A-Za-z]")
 _FEW_WORDS = re.compile(r"[\s.,;:!?*]*(?:[A-Za-z]+[\s.,;:!?*]*){0,3}")
 # A word of prose: two letters or more, not a LaTeX command or its braced argument.
 _PROSE_WORD = re.compile(r"(?<![A-Za-z\\{])[A-Za-z]{2,}(?![A-Za-z}])")
@@ -308,6 +314,7 @@ def _strip_spans(line: str) -> str:
 # The characters that IGNORECASE matches to an ASCII letter of ANSWER_PHRASE besides the letter's own
 # two cases (Python's re documentation): where none occurs, a lower-cased copy finds the same words.
 _FOLDED_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
+_FOLDED_CHAR = re.compile("[" + "".join(_FOLDED_TO_ASCII) + "]")
 _ANSWER_AT = re.compile(r"(?i)\banswer\s*(?:is\b\s*:?|:)[ \t]*")
 
 
@@ -316,7 +323,7 @@ def _last_phrase_match(text: str):
     end for "answer" (a match ends with its only "answer", so the last match holds the last "answer"
     that one matches at): a response's answer phrase is in its last lines."""
     lower = text.lower()
-    if not text.isascii() and (len(lower) != len(text) or any(c in text for c in _FOLDED_TO_ASCII)):
+    if not text.isascii() and (len(lower) != len(text) or _FOLDED_CHAR.search(text)):
         last = None
         for last in ANSWER_PHRASE.finditer(text):
             pass
