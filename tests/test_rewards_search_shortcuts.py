@@ -114,6 +114,9 @@ def test_the_shortcut_only_skips_text_that_cannot_change_the_match():
     ("\\boxed{a\\}b}", ["a\\}b"]),                 # an escaped brace inside is no brace: the next closes it
     ("\\\\boxed{5}", ["5"]),                      # a line break, then "boxed": still a box
     ("\\boxed{ } \\boxed{4}", ["4"]),
+    ("\\boxed{" + "x" * 2500 + "} \\boxed{7}", ["7"]),  # a box longer than an answer: past the bounded search
+    ("\\boxed{" * 50 + "5}", ["5"]),
+    ("\\boxed{" + "x" * 1990 + "{y}" + "x" * 20 + "} and \\boxed{8}", ["8"]),
 ])
 def test_box_hand_cases(text, contents):
     assert [c for _, _, c in af._complete_boxes(text)] == contents

@@ -128,7 +128,7 @@ def _plain_close(text: str, start: int) -> Optional[int]:
     """The ``}`` closing a brace opened just before ``start`` when no brace or backslash comes before
     it (``\\boxed{17}``: most boxes), else None: the first ``}`` is then its match (nothing between
     could be a token of :func:`_matching_braces`), without matching the whole text."""
-    close = text.find("}", start)
+    close = text.find("}", start, start + MAX_ANSWER_CHARS + 1)  # bounded: a longer box is no answer anyway
     if close < 0:
         return None
     inside = text[start:close]
@@ -142,10 +142,9 @@ def _complete_boxes(text: str) -> List[tuple]:
     pairs = None
     boxes = []
     for m in _BOXED_OPEN.finditer(text):
-        close = _plain_close(text, m.end())
-        if close is None:  # braces or backslashes inside: match the braces from the first box on
-            if pairs is None:
-                pairs = _matching_braces(text, m.start())
+        close = _plain_close(text, m.end()) if pairs is None else pairs.get(m.end() - 1)
+        if close is None and pairs is None:  # braces or backslashes inside: match the braces from here on
+            pairs = _matching_braces(text, m.start())
             close = pairs.get(m.end() - 1)
         if close is not None:
             content = text[m.end() : close]
