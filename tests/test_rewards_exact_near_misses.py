@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlhf_ext.rewards import prepare_gold
 from rlhf_ext.rewards.exact_near_misses import number_plus_number, split_plus_number
-from rlhf_ext.rewards.exact_numbers import exact_number, exact_verdict
-from rlhf_ext.rewards.math_verify_recipe import grade_response
+from rlhf_ext.rewards.exact_numbers import exact_number
+
+from test_rewards_exact_mixed import both_modes  # (fast path, full grader) in reward and evaluation mode
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
@@ -33,13 +33,6 @@ UNDECIDED = [  # digit groups in parentheses are a tuple to math-verify; a polyn
     ("(10,\\!079)+1", "10,\\!080"), ("(10,079)+1", "10,080"), ("((a+5)(b+2))+1", "(a+5)(b+2)"),
     ("(\\{5\\})+1", "\\{5, 7\\}"), ("(\\frac{19999}{\\pi})+1", "\\frac{20000}{\\pi}"), ("(1,2)+1", "(1,2)"),
 ]
-
-
-def both_modes(answer, gold):
-    gold_text = prepare_gold(gold)
-    for response, kwargs in (("So the answer is $\\boxed{%s}$." % answer, {}),
-                             ("We get $%s$" % answer, {"require_anchor": False})):
-        yield exact_verdict(response, gold_text, **kwargs), grade_response(response, gold_text, {}, **kwargs)
 
 
 @pytest.mark.parametrize("answer, gold, correct", DECIDED)

@@ -36,29 +36,11 @@ texts = st.lists(st.sampled_from(_PIECES), max_size=24).map("".join)
 
 
 def _boxes_by_whole_text_matching(text):
-    """The definition: every brace of the text matched from its start, then the boxes read off."""
-    if "\\boxed" not in text and "\\fbox" not in text:
-        return []
-    pairs = af._matching_braces(text)
-    boxes = []
-    for m in af._BOXED_OPEN.finditer(text):
-        close = pairs.get(m.end() - 1)
-        if close is not None:
-            content = text[m.end():close]
-            if len(content) <= af.MAX_ANSWER_CHARS and content.strip():
-                boxes.append((m.start(), close + 1, content))
-    for m in af._BOXED_BARE.finditer(text):
-        content = af._bare_boxed_content(m.group(1))
-        if content:
-            boxes.append((m.start(), m.start(1) + len(content), content))
-    boxes.sort()
-    out = []
-    for box in boxes:
-        if out and box[0] < out[-1][1]:
-            out[-1] = box
-        else:
-            out.append(box)
-    return out
+    """The definition: every brace of the text matched from its start (the shortcut off), boxes read off."""
+    whole = af._matching_braces
+    with mock.patch.object(af, "_plain_close", lambda text, start: None), \
+            mock.patch.object(af, "_matching_braces", lambda text, start=0: whole(text)):
+        return af._complete_boxes(text)
 
 
 def _last_phrase_by_regex(text):

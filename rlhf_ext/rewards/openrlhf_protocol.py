@@ -239,11 +239,6 @@ class RewardScorer:
         except Exception as exc:  # inside a training job: score and report, never raise
             return self.failed(n, exc)
 
-    @property
-    def scores_one(self) -> bool:
-        """Whether :meth:`score_sample` scores by the one-sample path (else it scores a batch of one)."""
-        return self._one_sample
-
     def score_sample(self, query: str, prompt: str, label) -> Dict:
         """:meth:`score` of one sample, as plain floats: ``{"rewards": float, "scores": float,
         "extra_logs": {key: float}}``, each the one value of :meth:`score`'s lists, the keys in its order.
